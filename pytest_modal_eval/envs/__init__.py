@@ -1,0 +1,1 @@
+"""verifiers environments bundled with the plugin (no installation, no network)."""
