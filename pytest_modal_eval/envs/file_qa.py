@@ -47,7 +47,11 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                 )
             extra = {k: v for k, v in record.items() if k not in ("question", "answer")}
             rows.append(
-                {"question": str(record["question"]), "answer": str(record["answer"]), "info": extra}
+                {
+                    "question": str(record["question"]),
+                    "answer": str(record["answer"]),
+                    "info": extra,
+                }
             )
     if not rows:
         raise FileQAError(f"{path}: no examples (the file is empty)")
@@ -61,7 +65,7 @@ def final_answer(text: str) -> str:
         return boxed.strip()
     numbers = NUMBER.findall(text)
     if numbers:
-        return numbers[-1]
+        return str(numbers[-1])
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
 

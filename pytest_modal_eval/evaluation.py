@@ -1,0 +1,435 @@
+"""One benchmark evaluated once: pick or resume its run, run what is missing, write outputs."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+from pytest_modal_eval import adapter, stats
+from pytest_modal_eval.loader import Benchmark
+from pytest_modal_eval.resume import (
+    PriorRun,
+    RunIndex,
+    answer_fields,
+    canonical_hash,
+    differing_fields,
+    fingerprint_rows,
+)
+from pytest_modal_eval.runstore import (
+    CHECKPOINT_VERSION,
+    Checkpoint,
+    ExampleState,
+    load_states,
+    new_run_id,
+    rollout_record,
+    write_json_atomic,
+    write_results,
+)
+
+#: Consecutive errored examples after which the endpoint is taken to be down.
+ABORT_AFTER_CONSECUTIVE_ERRORS = 20
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    benchmark: Benchmark
+    model: str
+    endpoint: adapter.Endpoint
+    output_dir: Path
+    index_key: str
+    cache: Any  # pytest.Cache | None
+    fresh: bool = False
+    server: dict[str, Any] = field(default_factory=dict)  # server profile, for the record
+    chat_template: dict[str, str] | None = None
+    endpoint_identity: str | None = None
+
+
+@dataclass(frozen=True)
+class ExampleResult:
+    example_id: int
+    rewards: list[float]
+    error: str | None
+    done: int
+    total: int
+    running_mean: float | None
+    resumed: bool
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    run_id: str
+    n_selected: int
+    rollouts: int
+    summary: stats.RewardSummary | None
+    errored: dict[int, str]
+    truncated_rollouts: int
+    metric_means: dict[str, float]
+    elapsed_s: float
+    resumed_examples: int = 0
+    new_run_note: str | None = None
+    answer_hash: str = ""
+    per_example: dict[str, float] = field(default_factory=dict)
+    binary_single: bool = False
+
+    @property
+    def error_rate(self) -> float:
+        return len(self.errored) / self.n_selected if self.n_selected else 0.0
+
+
+def model_slug(model: str) -> str:
+    """``org/name`` -> ``org--name``; a local directory -> ``local--dirname``."""
+    path = Path(model)
+    if path.is_dir():
+        return f"local--{path.resolve().name}"
+    parts = [p for p in model.strip("/").split("/") if p]
+    return "--".join(parts) if len(parts) > 1 else f"default--{parts[0]}"
+
+
+def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], None]) -> RunOutcome:
+    """Evaluate (or finish) one benchmark; each finished example goes to ``on_example``."""
+    started = time.monotonic()
+    config = request.benchmark.config
+    env = adapter.load_environment(
+        config.env_id, config.env_args, request.benchmark.path.parent.resolve()
+    )
+    all_rows = adapter.eval_rows(env, None)
+    rows = all_rows[: config.eval.num_examples] if config.eval.num_examples else all_rows
+    rollouts = config.eval.rollouts
+    sampling = config.sampling.as_request_args()
+    fields = answer_fields(
+        model=request.model,
+        env_id=config.env_id,
+        env_args=config.env_args,
+        dataset_fingerprint=fingerprint_rows(all_rows),
+        sampling=sampling,
+        rollouts=rollouts,
+        chat_template=request.chat_template or config.chat_template,
+        vllm=config.vllm.model_dump(),
+        endpoint_identity=request.endpoint_identity,
+    )
+    answer_hash = canonical_hash(fields)
+    slug = model_slug(request.model)
+    index = RunIndex(
+        request.cache,
+        f"{request.benchmark.name}-{canonical_hash([request.index_key, request.model], 8)}",
+        request.output_dir / f"{request.benchmark.name}--{slug}",
+    )
+    prior = None if request.fresh else index.find(answer_hash)
+    note = None
+    if prior is None:
+        other = index.latest_incomplete(exclude=answer_hash)
+        if other is not None and not request.fresh:
+            changed = ", ".join(differing_fields(other.fields, fields)) or "unknown fields"
+            note = (
+                f"an earlier incomplete run {other.run_id} exists with a different "
+                f"configuration ({changed} differ); starting a new run"
+            )
+        run_id = new_run_id()
+        run_dir = index.benchmark_dir / run_id
+    else:
+        run_id, run_dir = prior.run_id, prior.run_dir
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    checkpoint = Checkpoint(run_dir)
+    states = load_states(checkpoint, rollouts)
+    selected_ids = [int(row["example_id"]) for row in rows]
+    finished_before = sum(
+        1 for i in selected_ids if i in states and len(states[i].rewards) >= rollouts
+    )
+    run_config = _run_config(request, run_id, run_dir, answer_hash, fields, slug, len(rows))
+    if prior is None or not (run_dir / "run_config.json").exists():
+        write_json_atomic(run_dir / "run_config.json", run_config)
+    index.record(answer_hash, PriorRun(run_dir, run_id, fields, False), time.time())
+
+    total = len(selected_ids)
+    done = 0
+    reward_sum = 0.0
+    counted = 0
+    for example_id in selected_ids:
+        state = states.get(example_id)
+        if state is not None and len(state.rewards) >= rollouts:
+            done += 1
+            rewards = [state.rewards[r] for r in range(rollouts)]
+            reward_sum += sum(rewards) / rollouts
+            counted += 1
+            on_example(
+                ExampleResult(example_id, rewards, None, done, total, reward_sum / counted, True)
+            )
+
+    consecutive_errors = 0
+    start_time = datetime.now(UTC).isoformat()
+
+    def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
+        nonlocal done, reward_sum, counted, consecutive_errors
+        state = states.setdefault(example_id, ExampleState())
+        missing = [r for r in range(rollouts) if r not in state.rewards]
+        records = [
+            rollout_record(output, rollout, config.env_id)
+            for output, rollout in zip(outputs, missing, strict=False)
+        ]
+        checkpoint.append(records, config.eval.checkpoint_every)
+        for record in records:
+            rollout = record["rollout"]
+            if record["error"]:
+                state.errors[rollout] = _describe(record["error"])
+            else:
+                state.errors.pop(rollout, None)
+                state.rewards[rollout] = record["reward"]
+                state.metrics[rollout] = {k: float(v) for k, v in record["metrics"].items()}
+                state.truncated += record["is_truncated"]
+        done += 1
+        error = next(iter(state.errors.values()), None)
+        if error is None:
+            rewards = [state.rewards[r] for r in range(rollouts)]
+            reward_sum += sum(rewards) / rollouts
+            counted += 1
+            consecutive_errors = 0
+        else:
+            rewards = []
+            consecutive_errors += 1
+        checkpoint.write_meta(
+            _meta(run_id, config.env_id, request.model, rollouts, states, total, start_time)
+        )
+        on_example(
+            ExampleResult(
+                example_id,
+                rewards,
+                error,
+                done,
+                total,
+                reward_sum / counted if counted else None,
+                False,
+            )
+        )
+
+    def should_stop() -> str | None:
+        if consecutive_errors >= ABORT_AFTER_CONSECUTIVE_ERRORS and counted == 0:
+            return (
+                f"the first {consecutive_errors} examples all failed to evaluate "
+                f"({next(iter(states[i].errors.values()) for i in states if states[i].errors)}); "
+                f"the endpoint {request.endpoint.base_url} looks down. Finished work is kept "
+                f"in {run_dir}; re-run to continue."
+            )
+        return None
+
+    todo = [
+        _pending_row(row, states.get(int(row["example_id"])), rollouts)
+        for row in rows
+        if len(states.get(int(row["example_id"]), ExampleState()).rewards) < rollouts
+    ]
+    checkpoint.open()
+    try:
+        if todo:
+            _run_grouped(env, todo, request, sampling, handle, should_stop)
+    finally:
+        checkpoint.close()
+        checkpoint.write_meta(
+            _meta(run_id, config.env_id, request.model, rollouts, states, total, start_time),
+            force=True,
+        )
+
+    outcome = _summarise(run_dir, run_id, selected_ids, states, rollouts, started)
+    outcome.resumed_examples = finished_before
+    outcome.new_run_note = note
+    outcome.answer_hash = answer_hash
+    write_results(checkpoint, run_dir / "results.jsonl", selected_ids, rollouts)
+    write_json_atomic(run_dir / "metadata.json", _metadata(request, outcome, sampling))
+    index.record(answer_hash, PriorRun(run_dir, run_id, fields, not outcome.errored), time.time())
+    return outcome
+
+
+def _pending_row(row: dict[str, Any], state: ExampleState | None, rollouts: int) -> dict[str, Any]:
+    missing = rollouts - (len(state.rewards) if state else 0)
+    return {**row, "_missing": missing}
+
+
+def _run_grouped(
+    env: Any,
+    todo: list[dict[str, Any]],
+    request: RunRequest,
+    sampling: dict[str, Any],
+    handle: Callable[[int, list[dict[str, Any]]], None],
+    should_stop: Callable[[], str | None],
+) -> None:
+    config = request.benchmark.config
+    # Examples missing different numbers of rollouts run as separate batches, so each
+    # verifiers group is exactly the rollouts still missing.
+    by_missing: dict[int, list[dict[str, Any]]] = {}
+    for row in todo:
+        missing = row.pop("_missing")
+        by_missing.setdefault(missing, []).append(row)
+    for missing, batch in sorted(by_missing.items(), reverse=True):
+        asyncio.run(
+            adapter.run_examples(
+                env,
+                batch,
+                endpoint=request.endpoint,
+                sampling_args=sampling,
+                rollouts=missing,
+                max_concurrent_requests=config.eval.max_concurrent,
+                request_timeout=config.eval.request_timeout,
+                max_retries=config.eval.max_retries,
+                on_example=handle,
+                should_stop=should_stop,
+            )
+        )
+
+
+def _describe(error: Any) -> str:
+    from pytest_modal_eval.runstore import describe_error
+
+    return describe_error(error)
+
+
+def _meta(
+    run_id: str,
+    env_id: str,
+    model: str,
+    rollouts: int,
+    states: dict[int, ExampleState],
+    total: int,
+    start_time: str,
+) -> dict[str, Any]:
+    completed = sorted(i for i, s in states.items() if len(s.rewards) >= rollouts)
+    return {
+        "checkpoint_version": CHECKPOINT_VERSION,
+        "run_id": run_id,
+        "env_id": env_id,
+        "model": model,
+        "rollouts_per_example": rollouts,
+        "completed_example_ids": completed,
+        "total_examples": total,
+        "completed_rollouts": sum(len(s.rewards) for s in states.values()),
+        "start_time": start_time,
+        "last_checkpoint_time": datetime.now(UTC).isoformat(),
+    }
+
+
+def _summarise(
+    run_dir: Path,
+    run_id: str,
+    selected_ids: list[int],
+    states: dict[int, ExampleState],
+    rollouts: int,
+    started: float,
+) -> RunOutcome:
+    per_example: dict[str, list[float]] = {}
+    errored: dict[int, str] = {}
+    truncated = 0
+    metric_totals: dict[str, list[float]] = {}
+    for example_id in selected_ids:
+        state = states.get(example_id, ExampleState())
+        if len(state.rewards) >= rollouts:
+            per_example[str(example_id)] = [state.rewards[r] for r in range(rollouts)]
+            truncated += state.truncated
+            for r in range(rollouts):
+                for name, value in state.metrics.get(r, {}).items():
+                    metric_totals.setdefault(name, []).append(value)
+        else:
+            errored[example_id] = next(iter(state.errors.values()), "not evaluated")
+    summary = stats.summarize(per_example) if per_example else None
+    binary = rollouts == 1 and all(v[0] in (0.0, 1.0) for v in per_example.values())
+    return RunOutcome(
+        run_dir=run_dir,
+        run_id=run_id,
+        n_selected=len(selected_ids),
+        rollouts=rollouts,
+        summary=summary,
+        errored=errored,
+        truncated_rollouts=truncated,
+        metric_means={k: sum(v) / len(v) for k, v in metric_totals.items()},
+        elapsed_s=time.monotonic() - started,
+        per_example={k: sum(v) / len(v) for k, v in per_example.items()},
+        binary_single=binary,
+    )
+
+
+def _metadata(request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]) -> dict[str, Any]:
+    summary = outcome.summary
+    return {
+        "env_id": request.benchmark.config.env_id,
+        "benchmark": request.benchmark.name,
+        "model": request.model,
+        "run_id": outcome.run_id,
+        "num_examples": outcome.n_selected,
+        "rollouts_per_example": outcome.rollouts,
+        "sampling_args": sampling,
+        "time_ms": round(outcome.elapsed_s * 1000, 1),
+        "avg_reward": summary.mean if summary else None,
+        "avg_metrics": outcome.metric_means,
+        "stderr": _finite(summary.stderr) if summary else None,
+        "ci": [_finite(summary.ci_low), _finite(summary.ci_high)] if summary else None,
+        "ci_level": 0.95,
+        "n_evaluated": summary.n_examples if summary else 0,
+        "errors": len(outcome.errored),
+        "errored_example_ids": sorted(outcome.errored),
+        "truncated_rollouts": outcome.truncated_rollouts,
+        "resumed_examples": outcome.resumed_examples,
+        "answer_hash": outcome.answer_hash,
+    }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _run_config(
+    request: RunRequest,
+    run_id: str,
+    run_dir: Path,
+    answer_hash: str,
+    fields: dict[str, Any],
+    slug: str,
+    n_selected: int,
+) -> dict[str, Any]:
+    config = request.benchmark.config
+    return {
+        "run_id": run_id,
+        "model_id": request.model,
+        "model_slug": slug,
+        "benchmark": request.benchmark.name,
+        "benchmark_file": str(request.benchmark.path),
+        "env_id": config.env_id,
+        "server_profile": request.server,
+        "endpoint": request.endpoint.base_url,
+        "chat_template": request.chat_template,
+        "sampling": config.sampling.model_dump(),
+        "rollouts": config.eval.rollouts,
+        "num_examples": n_selected,
+        "config": config.model_dump(mode="json"),
+        "answer_hash": answer_hash,
+        "answer_fields": fields,
+        "started_at": datetime.now(UTC).isoformat(),
+        "checkpoint_dir": str(run_dir),
+        "versions": _versions(),
+        "git_commit": _git_commit(request.benchmark.path.parent),
+    }
+
+
+def _versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in ("pytest-modal-eval", "pytest", "verifiers", "modal", "openai", "vllm"):
+        try:
+            found[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _git_commit(directory: Path) -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None

@@ -1,0 +1,87 @@
+"""Entry point (``pytest11``): options, plugin objects, collection hook. Little else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_modal_eval.deployments import (
+    BROKER_INPUT_KEY,
+    DEPLOYMENTS_KEY,
+    SOURCE_KEY,
+    Broker,
+    BrokerClient,
+    Deployments,
+)
+from pytest_modal_eval.items import SESSION_KEY, BenchmarkFile, is_benchmark_file
+from pytest_modal_eval.options import add_options, resolve_settings
+from pytest_modal_eval.report import SummaryCollector
+from pytest_modal_eval.session import EvalSession
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Registers the plugin's option group and ini keys (every process)."""
+    add_options(parser)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Adds the plugin's own hook specifications."""
+    from pytest_modal_eval import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Builds the per-process plugin objects; on a worker, connects to the controller's broker."""
+    settings = resolve_settings(config)
+    config.stash[SESSION_KEY] = EvalSession(config, settings)
+    config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is not None and BROKER_INPUT_KEY in workerinput:
+        url, token = workerinput[BROKER_INPUT_KEY]
+        config.stash[SOURCE_KEY] = BrokerClient(url, token)
+    else:
+        deployments = Deployments(settings, settings.output_dir / "logs")
+        config.stash[DEPLOYMENTS_KEY] = deployments
+        config.stash[SOURCE_KEY] = deployments
+    if workerinput is None:
+        config.pluginmanager.register(SummaryCollector(), "modal_eval_summary")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stops the servers this process owns (the controller's, or the in-process ones)."""
+    deployments = config.stash.get(DEPLOYMENTS_KEY, None)
+    if deployments is not None:
+        deployments.stop_all()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """A benchmark YAML (matching ini ``modal_eval_files``, or named explicitly) -> collector."""
+    explicit = parent.session.isinitpath(file_path)
+    if is_benchmark_file(file_path, parent.config, explicit):
+        return BenchmarkFile.from_parent(parent, path=file_path)
+    return None
+
+
+class XdistController:
+    """Registered on the controller only when xdist is present: owns the broker."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.broker: Broker | None = None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Runs on the controller for each worker: hands it the broker's address."""
+        if self.broker is None:
+            self.broker = Broker(self.config.stash[DEPLOYMENTS_KEY])
+            self.broker.start()
+        node.workerinput[BROKER_INPUT_KEY] = [self.broker.url, self.broker.token]
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.broker is not None:
+            self.broker.stop()

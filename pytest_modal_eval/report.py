@@ -1,0 +1,126 @@
+"""Per-benchmark figures: JUnit properties on the item, a summary table on the controller."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_modal_eval.gate import Verdict, fmt
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.evaluation import RunOutcome
+
+#: Properties are named plainly in JUnit XML; this prefix marks the few internal ones.
+PROPERTY_PREFIX = "modal_eval_"
+
+
+def record_properties(
+    item: pytest.Item, outcome: RunOutcome, verdict: Verdict, model: str, elapsed: float
+) -> None:
+    """Attach the figures as ``user_properties`` (str/int/float only: they cross xdist)."""
+    s = outcome.summary
+    threshold = item.benchmark.config.gate.min_avg_reward  # type: ignore[attr-defined]
+    props: list[tuple[str, Any]] = [
+        ("benchmark", item.benchmark.name),  # type: ignore[attr-defined]
+        ("model", model),
+        ("avg_reward", _num(s.mean) if s else "nan"),
+        ("stderr", _num(s.stderr) if s else "nan"),
+        ("ci_low", _num(s.ci_low) if s else "nan"),
+        ("ci_high", _num(s.ci_high) if s else "nan"),
+        ("n_examples", outcome.n_selected),
+        ("rollouts", outcome.rollouts),
+        ("errors", len(outcome.errored)),
+        ("truncated_rollouts", outcome.truncated_rollouts),
+        ("threshold", threshold if threshold is not None else "none"),
+        ("verdict", "pass" if verdict.passed else "fail"),
+        ("elapsed_s", round(elapsed, 1)),
+        ("run_dir", str(outcome.run_dir)),
+        ("run_id", outcome.run_id),
+        ("resumed_examples", outcome.resumed_examples),
+    ]
+    for warning in verdict.warnings:
+        props.append((f"{PROPERTY_PREFIX}warning", warning))
+    item.user_properties.extend(props)
+
+
+def _num(value: float) -> float | str:
+    return round(value, 6) if math.isfinite(value) else "nan"
+
+
+class SummaryCollector:
+    """Controller-side: gathers rows from reports (which carry user_properties across xdist)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Runs on the controller (and in-process); subtest reports are skipped."""
+        if report.when != "call" or hasattr(report, "context"):
+            return
+        props = dict(report.user_properties)
+        if "avg_reward" not in props:
+            return
+        row = dict(props)
+        row["warnings"] = [v for k, v in report.user_properties if k == f"{PROPERTY_PREFIX}warning"]
+        row["notes"] = [v for k, v in report.user_properties if k == f"{PROPERTY_PREFIX}note"]
+        self.rows.append(row)
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Runs on the controller only (workers have no terminal reporter output)."""
+        if not self.rows:
+            return
+        tr = terminalreporter
+        tr.section("evaluation summary")
+        header = (
+            "benchmark",
+            "model",
+            "reward ± stderr",
+            "95% CI",
+            "gate",
+            "verdict",
+            "time",
+            "run",
+        )
+        table = [header]
+        for row in sorted(self.rows, key=lambda r: str(r["benchmark"])):
+            table.append(
+                (
+                    str(row["benchmark"]),
+                    str(row["model"]),
+                    f"{_f(row['avg_reward'])} ± {_f(row['stderr'])}",
+                    f"[{_f(row['ci_low'])}, {_f(row['ci_high'])}]",
+                    f">= {row['threshold']}" if row["threshold"] != "none" else "-",
+                    str(row["verdict"]).upper(),
+                    f"{float(row['elapsed_s']):.1f}s",
+                    str(row["run_dir"]),
+                )
+            )
+        widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+        for line in table:
+            tr.write_line(
+                "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+            )
+        for row in self.rows:
+            extra = []
+            if int(row.get("resumed_examples", 0)):
+                extra.append(
+                    f"resumed: {row['resumed_examples']}/{row['n_examples']} examples "
+                    f"from run {row['run_id']}"
+                )
+            if int(row.get("errors", 0)):
+                extra.append(f"errored examples: {row['errors']}")
+            extra += [f"note: {n}" for n in row["notes"]]
+            extra += [f"WARNING: {w}" for w in row["warnings"]]
+            for text in extra:
+                tr.write_line(f"{row['benchmark']}: {text}")
+
+
+def _f(value: Any) -> str:
+    try:
+        return fmt(float(value))
+    except (TypeError, ValueError):
+        return "n/a"

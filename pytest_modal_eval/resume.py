@@ -1,0 +1,153 @@
+"""Which run directory a benchmark continues: the answer-changing key and its index.
+
+The index lives in pytest's cache provider (``config.cache``) under ``modal_eval/runs/...``,
+one key per (benchmark item, model), written only by the process that runs that item, so
+xdist workers never write the same key. It is written when a run *starts*, so a run killed
+with SIGKILL is still found. With ``-p no:cacheprovider`` the output directory is scanned
+for a run with the same key instead. ``--cache-clear`` or ``--eval-fresh`` start afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CACHE_PREFIX = "modal_eval/runs"
+
+
+def answer_fields(
+    *,
+    model: str,
+    env_id: str,
+    env_args: dict[str, Any],
+    dataset_fingerprint: str,
+    sampling: dict[str, Any],
+    rollouts: int,
+    chat_template: dict[str, str] | str | None,
+    vllm: dict[str, Any],
+    endpoint_identity: str | None,
+) -> dict[str, Any]:
+    """Everything that can change an answer, and nothing that cannot (GPU, timeouts, concurrency).
+
+    ``num_examples`` is deliberately absent: examples are keyed by id, so a run over the
+    first 100 examples is continued, not repeated, by a later run over all of them.
+    """
+    return {
+        "model": model,
+        "endpoint": endpoint_identity,
+        "env_id": env_id,
+        "env_args": env_args,
+        "dataset": dataset_fingerprint,
+        "sampling": sampling,
+        "rollouts": rollouts,
+        "chat_template": chat_template,
+        "vllm": {k: vllm.get(k) for k in ("max_model_len", "dtype", "extra_args")},
+    }
+
+
+def canonical_hash(value: Any, length: int = 16) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def fingerprint_rows(rows: list[dict[str, Any]]) -> str:
+    """Hash of the dataset as the model sees it (prompt, answer, info), order included."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(
+            json.dumps(
+                [row.get("example_id"), row.get("prompt"), row.get("answer"), row.get("info")],
+                sort_keys=True,
+                default=str,
+            ).encode()
+        )
+    return digest.hexdigest()[:16]
+
+
+def differing_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted names of the fields that differ between two answer-field records."""
+    names: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            names += [f"{key}.{sub}" for sub in differing_fields(a, b)]
+        elif a != b:
+            names.append(key)
+    return names
+
+
+@dataclass(frozen=True)
+class PriorRun:
+    run_dir: Path
+    run_id: str
+    fields: dict[str, Any]
+    complete: bool
+
+
+class RunIndex:
+    """Lookup and record of runs for one benchmark item and model."""
+
+    def __init__(self, cache: pytest.Cache | None, item_key: str, benchmark_dir: Path) -> None:
+        self.cache = cache
+        self.key = f"{CACHE_PREFIX}/{item_key}"
+        self.benchmark_dir = benchmark_dir  # {output}/{benchmark}--{org}--{model}
+
+    def _entries(self) -> dict[str, dict[str, Any]]:
+        if self.cache is None:
+            return self._scan()
+        value = self.cache.get(self.key, None)
+        return dict(value.get("runs", {})) if isinstance(value, dict) else {}
+
+    def _scan(self) -> dict[str, dict[str, Any]]:
+        # No cache provider: the run directories themselves are the index.
+        found: dict[str, dict[str, Any]] = {}
+        if not self.benchmark_dir.is_dir():
+            return found
+        for config_path in sorted(self.benchmark_dir.glob("*/run_config.json")):
+            try:
+                run_config = json.loads(config_path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            found[run_config.get("answer_hash", "")] = {
+                "run_dir": str(config_path.parent),
+                "run_id": run_config.get("run_id", config_path.parent.name),
+                "fields": run_config.get("answer_fields", {}),
+                "complete": (config_path.parent / "metadata.json").exists(),
+                "updated": config_path.stat().st_mtime,
+            }
+        return found
+
+    def find(self, answer_hash: str) -> PriorRun | None:
+        entry = self._entries().get(answer_hash)
+        if entry is None or not Path(entry["run_dir"]).is_dir():
+            return None
+        return PriorRun(Path(entry["run_dir"]), entry["run_id"], entry["fields"], entry["complete"])
+
+    def latest_incomplete(self, exclude: str) -> PriorRun | None:
+        candidates = [
+            (entry.get("updated", 0), h, entry)
+            for h, entry in self._entries().items()
+            if h != exclude and not entry.get("complete") and Path(entry["run_dir"]).is_dir()
+        ]
+        if not candidates:
+            return None
+        _, _, entry = max(candidates, key=lambda c: c[0])
+        return PriorRun(Path(entry["run_dir"]), entry["run_id"], entry["fields"], False)
+
+    def record(self, answer_hash: str, run: PriorRun, updated: float) -> None:
+        if self.cache is None:
+            return
+        entries = self._entries()
+        entries[answer_hash] = {
+            "run_dir": str(run.run_dir),
+            "run_id": run.run_id,
+            "fields": run.fields,
+            "complete": run.complete,
+            "updated": updated,
+        }
+        self.cache.set(self.key, {"runs": entries})

@@ -1,0 +1,232 @@
+"""A run directory on disk: the checkpoint that makes resume possible, and the final files.
+
+Layout: ``{output}/{benchmark}--{org}--{model}/{run_id}/`` with ``run_config.json``,
+``checkpoint.jsonl`` (one line per rollout, appended and flushed as each example finishes),
+``checkpoint_meta.json`` (replaced atomically), ``results.jsonl`` and ``metadata.json``
+(written at the end from the checkpoint), and ``logs/``.
+
+The checkpoint is the source of truth. A rollout is *finished* when it has a record with
+no error; errored records are kept (for the report) but retried by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+CHECKPOINT_VERSION = 1
+META_MIN_INTERVAL_S = 1.0
+
+
+def new_run_id() -> str:
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
+
+
+def json_default(value: Any) -> Any:
+    """Serialise what verifiers hands back (pydantic messages, paths, sets)."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(exclude_none=True)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, Path):
+        return str(value)
+    return repr(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=json_default, ensure_ascii=False)
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    """Write-and-rename so a reader (or a crash) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, default=json_default) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def rollout_record(output: dict[str, Any], rollout: int, task_default: str) -> dict[str, Any]:
+    """One rollout in the seed's results.jsonl schema (plus ``rollout`` and ``error``)."""
+    timing = output.get("timing") or {}
+
+    def ms(span: str) -> float:
+        part = timing.get(span) or {}
+        return round(float(part.get("duration") or 0.0) * 1000, 3)
+
+    record: dict[str, Any] = {
+        "example_id": output["example_id"],
+        "rollout": rollout,
+        "prompt": output.get("prompt"),
+        "completion": output.get("completion"),
+        "task": output.get("task") or task_default,
+        "answer": output.get("answer"),
+        "reward": float(output.get("reward") or 0.0),
+        "generation_ms": ms("generation"),
+        "scoring_ms": ms("scoring"),
+        "total_ms": round(float(timing.get("total") or 0.0) * 1000, 3),
+        "info": output.get("info") or {},
+        "error": output.get("error"),
+        "is_truncated": bool(output.get("is_truncated")),
+        "stop_condition": output.get("stop_condition"),
+        "token_usage": output.get("token_usage"),
+    }
+    for name, value in (output.get("metrics") or {}).items():
+        record.setdefault(name, value)
+    record["metrics"] = dict(output.get("metrics") or {})
+    return record
+
+
+@dataclass
+class ExampleState:
+    """What the run knows about one example, kept small: rewards, not records."""
+
+    rewards: dict[int, float] = field(default_factory=dict)  # finished rollout -> reward
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)  # rollout -> last error (unfinished)
+    truncated: int = 0
+
+
+class Checkpoint:
+    """Append-only record of finished and errored rollouts, crash-safe line by line."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / "checkpoint.jsonl"
+        self.meta_path = run_dir / "checkpoint_meta.json"
+        self._handle: IO[str] | None = None
+        self._since_sync = 0
+        self._last_meta = 0.0
+
+    def read(self) -> Iterator[dict[str, Any]]:
+        """Yield every intact record; a torn line (a kill mid-write) is skipped with a warning."""
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    record = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    warnings.warn(
+                        f"{self.path}:{number}: ignoring a torn checkpoint line "
+                        "(the previous run was killed while writing it); it will be re-run",
+                        stacklevel=2,
+                    )
+                    continue
+                if isinstance(record, dict) and "example_id" in record:
+                    yield record
+
+    def open(self) -> None:
+        self._truncate_torn_tail()
+        self._handle = self.path.open("a", encoding="utf-8")
+
+    def _truncate_torn_tail(self) -> None:
+        # Appending after a torn line would glue the next record onto it; cut it off.
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        with self.path.open("rb+") as handle:
+            data = handle.read()
+            if data.endswith(b"\n"):
+                return
+            handle.truncate(data.rfind(b"\n") + 1)
+
+    def append(self, records: Iterable[dict[str, Any]], sync_every: int) -> None:
+        """Write one example's records and flush, so a killed process loses nothing finished."""
+        assert self._handle is not None, "Checkpoint.open() first"
+        self._handle.write("".join(dumps(r) + "\n" for r in records))
+        self._handle.flush()
+        self._since_sync += 1
+        if self._since_sync >= sync_every:
+            os.fsync(self._handle.fileno())  # survive power loss, not just a killed process
+            self._since_sync = 0
+
+    def write_meta(self, meta: dict[str, Any], force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_meta >= META_MIN_INTERVAL_S:
+            write_json_atomic(self.meta_path, meta)
+            self._last_meta = now
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            self._handle = None
+
+
+def load_states(checkpoint: Checkpoint, rollouts: int) -> dict[int, ExampleState]:
+    """Fold the checkpoint into per-example state; later records win, finished beats errored."""
+    states: dict[int, ExampleState] = {}
+    for record in checkpoint.read():
+        rollout = int(record.get("rollout", 0))
+        if rollout >= rollouts:
+            continue
+        state = states.setdefault(int(record["example_id"]), ExampleState())
+        if record.get("error"):
+            if rollout not in state.rewards:
+                state.errors[rollout] = describe_error(record["error"])
+            continue
+        if rollout in state.rewards:
+            continue  # a duplicate from a kill between write and bookkeeping: first wins
+        state.errors.pop(rollout, None)
+        state.rewards[rollout] = float(record.get("reward") or 0.0)
+        state.metrics[rollout] = {k: float(v) for k, v in (record.get("metrics") or {}).items()}
+        state.truncated += bool(record.get("is_truncated"))
+    return states
+
+
+def describe_error(error: Any) -> str:
+    if isinstance(error, dict):
+        kind = error.get("error") or error.get("type") or "error"
+        message = (
+            error.get("error_chain_str") or error.get("message") or error.get("error_chain_repr")
+        )
+        return f"{kind}: {message}" if message else str(kind)
+    return str(error)
+
+
+def write_results(
+    checkpoint: Checkpoint, results_path: Path, example_ids: list[int], rollouts: int
+) -> int:
+    """Write results.jsonl: exactly one record per selected (example, rollout), in order.
+
+    Only byte offsets are held in memory, so this stays flat for large runs.
+    """
+    wanted = set(example_ids)
+    best: dict[tuple[int, int], tuple[int, bool]] = {}  # -> (offset, finished)
+    if checkpoint.path.exists():
+        with checkpoint.path.open("rb") as handle:
+            offset = 0
+            for raw in handle:
+                try:
+                    record = json.loads(raw)
+                    key = (int(record["example_id"]), int(record.get("rollout", 0)))
+                except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+                    offset += len(raw)
+                    continue
+                if key[0] in wanted and key[1] < rollouts:
+                    previous = best.get(key)
+                    # The first finished record wins; until one exists, the newest error.
+                    if previous is None or not previous[1]:
+                        best[key] = (offset, not record.get("error"))
+                offset += len(raw)
+    tmp = results_path.with_name(f".{results_path.name}.tmp")
+    written = 0
+    checkpoint.path.touch()
+    with checkpoint.path.open("rb") as source, tmp.open("wb") as out:
+        for example_id in example_ids:
+            for rollout in range(rollouts):
+                entry = best.get((example_id, rollout))
+                if entry is None:
+                    continue
+                source.seek(entry[0])
+                out.write(source.readline())
+                written += 1
+    os.replace(tmp, results_path)
+    return written

@@ -1,0 +1,305 @@
+"""Noise-aware statistics for eval rewards: a clustered summary and a paired regression test.
+
+Both functions take rewards keyed by example id, so the unit of analysis is the *example*, never
+the single rollout:
+
+- :func:`summarize` reports the mean reward with a cluster-robust standard error and a t interval.
+- :func:`compare_paired` decides whether a run is worse than a stored baseline on the examples
+  both have scored, and lists what flipped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats
+
+SOLVED_THRESHOLD = 0.5
+"""An example counts as solved when its mean reward is at least this."""
+
+DIFF_CONFIDENCE = 0.95
+"""Confidence level of :attr:`PairedComparison.diff_ci_low` / ``diff_ci_high``."""
+
+TEST_MCNEMAR = "mcnemar-exact"
+TEST_PAIRED_T = "paired-t"
+
+# Spread below this (relative to the values' magnitude) is float round-off, not variation: scipy
+# would warn about precision loss or divide 0 by 0, so such data is handled as exactly constant.
+_ZERO_SPREAD = 1e-12
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def natural_key(example_id: str) -> tuple[tuple[int, str], ...]:
+    """Sort key that orders numeric runs numerically: ``"2" < "10"``, ``"q2" < "q10"``."""
+    parts = re.split(r"(\d+)", example_id)
+    # Split parts alternate text/number, so position i always holds the same kind; the trailing
+    # raw id breaks ties such as "01" vs "1".
+    key = tuple((int(p), "") if i % 2 else (0, p) for i, p in enumerate(parts))
+    return (*key, (0, example_id))
+
+
+def _json_float(value: float) -> float | None:
+    # JSON has no NaN; None (null) is the documented stand-in for "undefined".
+    return None if math.isnan(value) else value
+
+
+def _nan_to_none(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: _json_float(v) if isinstance(v, float) else v for k, v in data.items()}
+
+
+def _is_constant(values: FloatArray) -> bool:
+    scale = max(1.0, float(np.max(np.abs(values))))
+    return float(np.ptp(values)) <= _ZERO_SPREAD * scale
+
+
+def _check_finite(name: str, values: FloatArray) -> None:
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{name} contains NaN or infinite rewards")
+
+
+def _check_probability(name: str, value: float) -> None:
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{name} must be strictly between 0 and 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RewardSummary:
+    """Mean reward over examples with a cluster-robust standard error and t interval.
+
+    ``stderr``, ``ci_low`` and ``ci_high`` are NaN when there is a single example (no spread to
+    estimate); :meth:`to_dict` turns NaN into ``None`` so the result is valid JSON.
+    """
+
+    mean: float
+    stderr: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    n_examples: int
+    n_rollouts: int
+    rollouts_per_example: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict; undefined (NaN) figures become ``None``."""
+        return _nan_to_none(asdict(self))
+
+
+def summarize(
+    per_example: Mapping[str, Sequence[float]],
+    confidence: float = 0.95,
+    *,
+    bounds: tuple[float, float] | None = None,
+) -> RewardSummary:
+    """Summarize rewards given as example id -> rewards of that example's rollouts.
+
+    Why clustering matters: the r rollouts of one example share its difficulty, so they are
+    correlated (an easy item is solved by most rollouts, a hard one by few). Treating all n*r
+    rollouts as independent divides the spread by sqrt(n*r) and understates the standard error by
+    up to sqrt(r). Here each example is one observation -- its mean reward -- so ``mean`` weighs
+    every example equally and ``stderr = sd(example means, ddof=1) / sqrt(n)``. For a balanced
+    design this is exactly the CR1 cluster-robust standard error of the mean (examples as
+    clusters); extra rollouts still help by making each example's mean less noisy.
+
+    The interval is a t interval with n-1 degrees of freedom around ``mean``. It is *not* clipped
+    to the observed rewards: the observed range is itself a sample statistic, and the true mean can
+    lie outside it (all ten examples solved does not make 1.0 the only plausible accuracy). Pass
+    ``bounds`` -- the range rewards can take *by construction*, e.g. ``(0.0, 1.0)`` -- to clip to
+    it; that is safe because intersecting an interval with a set that surely holds the true mean
+    never lowers its coverage. When every example has the same mean the interval collapses to that
+    value: it means "no spread observed", not certainty.
+
+    Raises ``ValueError`` for no examples, an example without rollouts, or non-finite rewards.
+    """
+    _check_probability("confidence", confidence)
+    if bounds is not None and not bounds[0] <= bounds[1]:
+        raise ValueError(f"bounds must be (low, high) with low <= high, got {bounds!r}")
+    if not per_example:
+        raise ValueError("cannot summarize rewards of zero examples")
+    empty = [example_id for example_id, rewards in per_example.items() if len(rewards) == 0]
+    if empty:
+        raise ValueError(f"examples without any rollout: {sorted(empty, key=natural_key)[:5]}")
+
+    means = np.array([np.mean(rewards) for rewards in per_example.values()], dtype=np.float64)
+    _check_finite("per_example", means)
+    counts = [len(rewards) for rewards in per_example.values()]
+    n = len(means)
+    mean = float(np.mean(means))
+
+    if n == 1:
+        stderr = ci_low = ci_high = math.nan
+    elif _is_constant(means):
+        stderr, ci_low, ci_high = 0.0, mean, mean
+    else:
+        stderr = float(stats.sem(means, ddof=1))
+        low, high = stats.t.interval(confidence, df=n - 1, loc=mean, scale=stderr)
+        ci_low, ci_high = float(low), float(high)
+        if bounds is not None:
+            ci_low, ci_high = max(ci_low, bounds[0]), min(ci_high, bounds[1])
+
+    return RewardSummary(
+        mean=mean,
+        stderr=stderr,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        confidence=confidence,
+        n_examples=n,
+        n_rollouts=sum(counts),
+        rollouts_per_example=max(counts),
+    )
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """A run compared with a baseline on the examples both scored.
+
+    ``diff`` is ``run_mean - baseline_mean``; ``p_value`` is one-sided for "run is worse".
+    Undefined figures (NaN) become ``None`` in :meth:`to_dict`.
+    """
+
+    test: str
+    n_shared: int
+    baseline_mean: float
+    run_mean: float
+    diff: float
+    diff_ci_low: float
+    diff_ci_high: float
+    p_value: float
+    alpha: float
+    max_drop: float
+    regressed: bool
+    solved_to_missed: list[str] = field(default_factory=list)
+    missed_to_solved: list[str] = field(default_factory=list)
+    only_in_baseline: int = 0
+    only_in_run: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict; undefined (NaN) figures become ``None``."""
+        return _nan_to_none(asdict(self))
+
+
+def _is_binary(values: FloatArray) -> bool:
+    return bool(np.all((values == 0.0) | (values == 1.0)))
+
+
+def _mcnemar_p(n_solved_to_missed: int, n_missed_to_solved: int) -> float:
+    # Exact McNemar: under H0 each discordant pair is equally likely to go either way, so the
+    # count of solved->missed among them is Binomial(b + c, 1/2); "worse" means that count is high.
+    discordant = n_solved_to_missed + n_missed_to_solved
+    if discordant == 0:
+        return 1.0
+    return float(stats.binomtest(n_solved_to_missed, discordant, 0.5, alternative="greater").pvalue)
+
+
+def _paired_t(run: FloatArray, base: FloatArray) -> tuple[float, float, float]:
+    """One-sided p (H1: run < base) and the two-sided t interval of mean(run - base)."""
+    diffs = run - base
+    if len(diffs) == 1:
+        return math.nan, math.nan, math.nan
+    if _is_constant(diffs):
+        # Zero spread: the t statistic is +-inf (every example moved by the same amount) or 0/0
+        # (nothing moved, no evidence of a drop).
+        shift = float(np.mean(diffs))
+        p = 0.0 if shift < -_ZERO_SPREAD else 1.0
+        return p, shift, shift
+    # One two-sided test gives the interval; its statistic's lower t tail is the one-sided p.
+    result = stats.ttest_rel(run, base)
+    ci = result.confidence_interval(DIFF_CONFIDENCE)
+    return float(stats.t.cdf(result.statistic, result.df)), float(ci.low), float(ci.high)
+
+
+def compare_paired(
+    baseline: Mapping[str, float],
+    run: Mapping[str, float],
+    *,
+    baseline_binary_single: bool,
+    run_binary_single: bool,
+    alpha: float = 0.05,
+    max_drop: float = 0.0,
+) -> PairedComparison:
+    """Test whether ``run`` is worse than ``baseline`` over the example ids they share.
+
+    Inputs are per-example *mean* rewards. The comparison is paired because both sides score the
+    same examples: example difficulty is shared, so testing per-example differences removes it
+    and is far more sensitive than comparing two independent means (an unpaired test on paired
+    data can report p=0.08 where McNemar gives p=0.008).
+
+    Test selection:
+
+    - both sides 0/1 rewards with one rollout per example (``*_binary_single``): exact McNemar,
+      i.e. a binomial test on the discordant pairs. Exact, so valid for few flips.
+    - otherwise: a one-sided paired t-test on per-example means (``scipy.stats.ttest_rel``).
+      Chosen over a paired bootstrap because per-example means are bounded and eval sets have
+      dozens to thousands of examples, where the t distribution of the mean difference is
+      accurate; it is deterministic without a seed, its interval matches its test, and a
+      percentile bootstrap under-covers at exactly the small n where the choice matters.
+
+    One-sided (H1: run is worse) because the gate asks a directional question -- did this change
+    make things worse? A two-sided test would spend half of ``alpha`` on improvements, which never
+    fail the gate, and so lose power against real regressions.
+
+    ``regressed`` is ``p_value < alpha and -diff > max_drop``: significant *and* larger than the
+    drop you tolerate. An improvement (``diff >= 0``) never regresses. ``diff_ci_low/high`` is
+    the two-sided 95% t interval of the mean paired difference for both tests.
+
+    Raises ``ValueError`` when no id is shared, rewards are not finite, a ``*_binary_single``
+    side holds values other than 0/1, or ``alpha``/``max_drop`` are out of range.
+    """
+    _check_probability("alpha", alpha)
+    if not (math.isfinite(max_drop) and max_drop >= 0.0):
+        raise ValueError(f"max_drop must be a finite number >= 0, got {max_drop!r}")
+    shared = sorted(baseline.keys() & run.keys(), key=natural_key)
+    if not shared:
+        raise ValueError(
+            f"baseline ({len(baseline)} examples) and run ({len(run)} examples) share no "
+            "example id; were they made from different datasets or id schemes?"
+        )
+    base = np.array([baseline[i] for i in shared], dtype=np.float64)
+    new = np.array([run[i] for i in shared], dtype=np.float64)
+    _check_finite("baseline", base)
+    _check_finite("run", new)
+    for name, flag, values in (
+        ("baseline", baseline_binary_single, base),
+        ("run", run_binary_single, new),
+    ):
+        if flag and not _is_binary(values):
+            raise ValueError(f"{name}_binary_single=True but {name} has rewards other than 0/1")
+
+    base_solved = base >= SOLVED_THRESHOLD
+    new_solved = new >= SOLVED_THRESHOLD
+    solved_to_missed = [i for i, b, r in zip(shared, base_solved, new_solved, strict=True) if b > r]
+    missed_to_solved = [i for i, b, r in zip(shared, base_solved, new_solved, strict=True) if b < r]
+
+    if baseline_binary_single and run_binary_single:
+        test = TEST_MCNEMAR
+        p_value = _mcnemar_p(len(solved_to_missed), len(missed_to_solved))
+        _, ci_low, ci_high = _paired_t(new, base)
+    else:
+        test = TEST_PAIRED_T
+        p_value, ci_low, ci_high = _paired_t(new, base)
+
+    diff = float(np.mean(new) - np.mean(base))
+    return PairedComparison(
+        test=test,
+        n_shared=len(shared),
+        baseline_mean=float(np.mean(base)),
+        run_mean=float(np.mean(new)),
+        diff=diff,
+        diff_ci_low=ci_low,
+        diff_ci_high=ci_high,
+        p_value=p_value,
+        alpha=alpha,
+        max_drop=max_drop,
+        # NaN < alpha is False, so an undefined test (one shared example) never regresses.
+        regressed=bool(p_value < alpha and -diff > max_drop),
+        solved_to_missed=solved_to_missed,
+        missed_to_solved=missed_to_solved,
+        only_in_baseline=len(baseline.keys() - run.keys()),
+        only_in_run=len(run.keys() - baseline.keys()),
+    )

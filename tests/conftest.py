@@ -1,0 +1,180 @@
+"""Shared fixtures: a real OpenAI-compatible server on 127.0.0.1 and benchmark builders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _preload_evaluation_stack() -> None:
+    """Import what an evaluation imports, before pytester snapshots ``sys.modules``.
+
+    In-process ``pytester.runpytest`` drops modules first imported during the inner run;
+    re-importing ``datasets`` then re-registers pyarrow extension types and fails.
+    """
+    import datasets  # noqa: F401
+    import verifiers as vf
+    from verifiers.clients import resolve_client
+
+    from pytest_modal_eval.envs import file_qa  # noqa: F401
+
+    for name in ("SingleTurnEnv", "Rubric", "ClientConfig"):
+        getattr(vf, name)
+    resolve_client(vf.ClientConfig(api_base_url="http://127.0.0.1:9/v1"))
+
+
+_preload_evaluation_stack()
+
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "model": "test-model",
+    "accuracy": 1.0,
+    "salt": "",
+    "fail_rate": 0.0,
+    "fail_status": 500,
+    "delay": 0.0,
+    "salt_per_rollout": False,
+}
+
+
+class FakeServer:
+    """Handle on ``tests/support/openai_server.py`` running in a subprocess."""
+
+    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
+        self.process = process
+        self.url = url
+        self.base_url = f"{url}/v1"
+
+    def configure(self, **settings: Any) -> None:
+        response = httpx.post(f"{self.url}/admin/config", json=settings, timeout=10)
+        response.raise_for_status()
+
+    def reset(self) -> None:
+        self.configure(**DEFAULT_SETTINGS, reset_stats=True)
+
+    def stats(self) -> dict[str, Any]:
+        data: dict[str, Any] = httpx.get(f"{self.url}/admin/stats", timeout=10).json()
+        return data
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def start_fake_server(*extra: str) -> FakeServer:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.openai_server", *extra],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if "listening on" not in line:
+        process.kill()
+        raise RuntimeError(f"fake OpenAI server did not start: {line!r}")
+    return FakeServer(process, line.split()[-1])
+
+
+@pytest.fixture(scope="session")
+def fake_server_session() -> Iterator[FakeServer]:
+    server = start_fake_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_server(fake_server_session: FakeServer) -> FakeServer:
+    """The shared server, reset to 100% accuracy, no failures, zeroed counters."""
+    fake_server_session.reset()
+    return fake_server_session
+
+
+def arithmetic_rows(n: int, start: int = 10) -> list[dict[str, str]]:
+    return [
+        {"question": f"What is {start + i} + {i + 3}?", "answer": str(start + 2 * i + 3)}
+        for i in range(n)
+    ]
+
+
+class BenchmarkProject:
+    """Writes benchmark YAMLs and data into a pytester directory and runs pytest there."""
+
+    def __init__(self, pytester: pytest.Pytester, server: FakeServer) -> None:
+        self.pytester = pytester
+        self.server = server
+        self.evals = pytester.mkdir("evals")
+        pytester.makeini("[pytest]\naddopts = -p no:randomly\n")
+
+    def add(
+        self,
+        name: str,
+        *,
+        n: int = 10,
+        extra_yaml: str = "",
+        rows: list[dict[str, Any]] | None = None,
+        gate: str = "gate: {min_avg_reward: 0.5}",
+    ) -> Path:
+        data = self.evals / "data" / f"{name}.jsonl"
+        data.parent.mkdir(exist_ok=True)
+        data.write_text(
+            "".join(json.dumps(r) + "\n" for r in (rows or arithmetic_rows(n))), encoding="utf-8"
+        )
+        body = textwrap.dedent(
+            f"""\
+            env_id: file-qa
+            env_args:
+              path: data/{name}.jsonl
+            eval:
+              max_retries: 0
+            """
+        )
+        path = self.evals / f"{name}.yaml"
+        path.write_text(body + gate + "\n" + textwrap.dedent(extra_yaml), encoding="utf-8")
+        return path
+
+    def args(self, *extra: str) -> list[str]:
+        return ["--model", "test-model", "--base-url", self.server.base_url, *extra]
+
+    def run(self, *extra: str) -> pytest.RunResult:
+        return self.pytester.runpytest(*self.args(*extra))
+
+    def run_subprocess(self, *extra: str) -> pytest.RunResult:
+        return self.pytester.runpytest_subprocess(*self.args(*extra))
+
+    def run_dirs(self, name: str) -> list[Path]:
+        base = self.pytester.path / "outputs" / "evals" / f"{name}--default--test-model"
+        return sorted(p for p in base.iterdir() if p.is_dir()) if base.exists() else []
+
+
+@pytest.fixture
+def project(
+    pytester: pytest.Pytester, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> BenchmarkProject:
+    # Keep the user's environment out of the runs under test.
+    for var in ("MODAL_EVAL_OUTPUT_DIR", "MODAL_EVAL_VLLM_PYTHON", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    return BenchmarkProject(pytester, fake_server)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def subtest_counts(result: pytest.RunResult) -> dict[str, int]:
+    """``{"passed": n, "failed": n, "skipped": n}`` of subtests, from pytest's last line."""
+    import re
+
+    last = result.stdout.lines[-1] if result.stdout.lines else ""
+    return {kind: int(n) for n, kind in re.findall(r"(\d+) subtests (passed|failed|skipped)", last)}

@@ -1,0 +1,204 @@
+"""A deterministic OpenAI-compatible chat server for tests: real HTTP on 127.0.0.1.
+
+It knows the answers (from JSONL files given with ``--answers``, or by doing the
+arithmetic in "What is A + B?"), and answers correctly for a controllable fraction of
+questions: question q is answered right when hash(salt, q) < accuracy, so a run is
+reproducible and changing ``salt`` simulates sampling noise. ``fail_rate`` makes a
+deterministic fraction of questions answer HTTP 500. ``/admin/config`` (POST JSON)
+changes any setting at run time and ``/admin/stats`` counts requests.
+
+Run: ``python -m tests.support.openai_server --model test-model [--answers F.jsonl]``;
+it prints ``listening on http://127.0.0.1:PORT`` once ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import re
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+ARITHMETIC = re.compile(r"What is (-?\d+) \+ (-?\d+)\?")
+
+
+class FakeModel:
+    def __init__(self, model: str, answers: dict[str, str]) -> None:
+        self.settings: dict[str, Any] = {
+            "model": model,
+            "accuracy": 1.0,
+            "salt": "",
+            "fail_rate": 0.0,
+            "fail_status": 500,
+            "delay": 0.0,
+            "salt_per_rollout": False,
+        }
+        self.answers = answers
+        self.stats: Counter[str] = Counter()
+        self.by_question: Counter[str] = Counter()
+        self.in_flight = 0
+
+    def answer_for(self, question: str) -> str | None:
+        if question in self.answers:
+            return self.answers[question]
+        match = ARITHMETIC.search(question)
+        return str(int(match[1]) + int(match[2])) if match else None
+
+    def fraction(self, *parts: str) -> float:
+        digest = hashlib.sha256("\x00".join(parts).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.settings["model"], "object": "model"}]}
+        )
+
+    async def chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.stats["chat_requests"] += 1
+        if body.get("model") != self.settings["model"]:
+            return web.json_response(
+                {
+                    "error": {
+                        "message": f"The model `{body.get('model')}` does not exist.",
+                        "type": "NotFoundError",
+                        "code": 404,
+                    }
+                },
+                status=404,
+            )
+        question = next(
+            (m.get("content", "") for m in reversed(body["messages"]) if m["role"] == "user"), ""
+        )
+        self.by_question[question] += 1
+        self.in_flight += 1
+        try:
+            if self.settings["delay"]:
+                await asyncio.sleep(float(self.settings["delay"]))
+            if self.fraction("fail", question) < float(self.settings["fail_rate"]):
+                self.stats["failed_requests"] += 1
+                return web.json_response(
+                    {"error": {"message": "injected failure", "type": "InternalServerError"}},
+                    status=int(self.settings["fail_status"]),
+                )
+            salt = str(self.settings["salt"])
+            if self.settings["salt_per_rollout"]:
+                salt += f"/{self.by_question[question]}"
+            right = self.fraction(salt, question) < float(self.settings["accuracy"])
+            expected = self.answer_for(question)
+            if expected is None:
+                content = "I do not know."
+            elif right:
+                content = f"The answer is \\boxed{{{expected}}}."
+            else:
+                content = f"The answer is \\boxed{{{_wrong(expected)}}}."
+            finish = "stop"
+            max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+            words = content.split()
+            if max_tokens is not None and int(max_tokens) < len(words):
+                content, finish = " ".join(words[: int(max_tokens)]), "length"
+            self.stats["completed_requests"] += 1
+            return web.json_response(_completion(body["model"], content, finish, len(words)))
+        finally:
+            self.in_flight -= 1
+
+    async def get_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {**self.stats, "in_flight": self.in_flight, "by_question": dict(self.by_question)}
+        )
+
+    async def set_config(self, request: web.Request) -> web.Response:
+        update = await request.json()
+        unknown = set(update) - set(self.settings) - {"reset_stats"}
+        if unknown:
+            return web.json_response({"error": f"unknown settings {sorted(unknown)}"}, status=400)
+        if update.pop("reset_stats", False):
+            self.stats.clear()
+            self.by_question.clear()
+        self.settings.update(update)
+        return web.json_response(self.settings)
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+
+def _wrong(expected: str) -> str:
+    try:
+        return str(int(expected) + 1)
+    except ValueError:
+        return expected + " (not)"
+
+
+def _completion(model: str, content: str, finish: str, tokens: int) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+                "logprobs": None,
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens},
+    }
+
+
+def build_app(fake: FakeModel) -> web.Application:
+    app = web.Application()
+    app.router.add_get("/v1/models", fake.models)
+    app.router.add_post("/v1/chat/completions", fake.chat)
+    app.router.add_get("/health", fake.health)
+    app.router.add_get("/admin/stats", fake.get_stats)
+    app.router.add_post("/admin/config", fake.set_config)
+    return app
+
+
+def load_answers(paths: list[str]) -> dict[str, str]:
+    answers: dict[str, str] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                answers[str(record["question"])] = str(record["answer"])
+    return answers
+
+
+async def serve(args: argparse.Namespace) -> None:
+    fake = FakeModel(args.model, load_answers(args.answers))
+    fake.settings.update(json.loads(args.settings))
+    runner = web.AppRunner(build_app(fake), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", args.port)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(f"listening on http://127.0.0.1:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="test-model")
+    parser.add_argument("--answers", action="append", default=[])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--settings", default="{}", help="initial settings as JSON")
+    asyncio.run(serve(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

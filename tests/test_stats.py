@@ -1,0 +1,364 @@
+"""stats.py checked against independent implementations (statsmodels, scipy, numpy) and by
+simulation. Expected figures never come from re-typing the formula under test."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from statsmodels.regression.linear_model import OLS
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.weightstats import DescrStatsW
+
+from pytest_modal_eval.stats import (
+    TEST_MCNEMAR,
+    TEST_PAIRED_T,
+    compare_paired,
+    natural_key,
+    summarize,
+)
+
+Rng = np.random.Generator
+
+
+def _rollouts(rng: Rng, n: int, r: int, *, binary: bool) -> dict[str, list[float]]:
+    """Clustered rewards: each example has its own difficulty shared by its rollouts."""
+    p = rng.beta(0.6, 0.6, size=n)
+    if binary:
+        draws = (rng.random((n, r)) < p[:, None]).astype(float)
+    else:
+        draws = np.clip(p[:, None] + rng.normal(0, 0.2, (n, r)), 0, 1)
+    return {str(i): [float(x) for x in row] for i, row in enumerate(draws)}
+
+
+def _means(per_example: dict[str, list[float]]) -> np.ndarray:
+    return np.array([np.mean(v) for v in per_example.values()])
+
+
+# --- summarize --------------------------------------------------------------------------------
+
+
+def test_summarize_fixed_data_matches_statsmodels() -> None:
+    data = {"1": [1.0, 0.0, 1.0], "2": [0.0, 0.0, 0.0], "3": [1.0, 1.0, 1.0], "4": [1.0, 0.0, 0.0]}
+    s = summarize(data)
+    ref = DescrStatsW(_means(data))
+    assert s.mean == pytest.approx(0.5)
+    assert s.stderr == pytest.approx(ref.std_mean)
+    assert (s.ci_low, s.ci_high) == pytest.approx(ref.tconfint_mean(alpha=0.05))
+    assert (s.n_examples, s.n_rollouts, s.rollouts_per_example) == (4, 12, 3)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_summarize_random_matches_cluster_robust_ols(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, r = int(rng.integers(2, 300)), int(rng.integers(1, 9))
+    confidence = float(rng.choice([0.8, 0.9, 0.95, 0.99]))
+    data = _rollouts(rng, n, r, binary=bool(seed % 2))
+    s = summarize(data, confidence)
+
+    # Intercept-only OLS with CR1 standard errors clustered by example: for a balanced design its
+    # estimate is the mean of example means and its SE is the clustered SE we claim to compute.
+    y = np.concatenate([np.asarray(v) for v in data.values()])
+    groups = np.repeat(np.arange(n), r)
+    fit = OLS(y, np.ones_like(y)).fit(cov_type="cluster", cov_kwds={"groups": groups})
+    assert s.mean == pytest.approx(fit.params[0], rel=1e-12, abs=1e-12)
+    assert s.stderr == pytest.approx(fit.bse[0], rel=1e-9)
+
+    ref = DescrStatsW(_means(data))
+    assert (s.ci_low, s.ci_high) == pytest.approx(ref.tconfint_mean(alpha=1 - confidence))
+    assert (s.n_examples, s.n_rollouts, s.rollouts_per_example) == (n, n * r, r)
+
+
+def test_summarize_weighs_examples_equally_with_unbalanced_rollouts() -> None:
+    data = {"a": [1.0], "b": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]}
+    s = summarize(data)
+    assert s.mean == pytest.approx(np.mean([1.0, 1 / 8]))  # not the pooled 2/9
+    assert s.stderr == pytest.approx(sps.sem([1.0, 1 / 8]))
+    assert (s.n_rollouts, s.rollouts_per_example) == (9, 8)
+
+
+def test_clustered_stderr_tracks_true_sampling_error_and_iid_understates_it() -> None:
+    # Replicate an eval many times: the spread of its mean across replications is the stderr a
+    # single run should report. Rollouts of one example are correlated (shared difficulty).
+    rng = np.random.default_rng(7)
+    n, r, reps = 60, 8, 300
+    difficulty = rng.beta(0.5, 0.5, size=n)
+    means, clustered, iid = [], [], []
+    for _ in range(reps):
+        p = rng.choice(difficulty, size=n)  # a fresh sample of examples each replication
+        draws = (rng.random((n, r)) < p[:, None]).astype(float)
+        s = summarize({str(i): list(row) for i, row in enumerate(draws)})
+        means.append(s.mean)
+        clustered.append(s.stderr)
+        iid.append(sps.sem(draws.ravel()))
+    true_sd = float(np.std(means, ddof=1))
+    assert np.mean(clustered) == pytest.approx(true_sd, rel=0.15)
+    assert np.mean(iid) < 0.6 * true_sd
+
+
+def test_summarize_zero_examples_is_an_error() -> None:
+    with pytest.raises(ValueError, match="zero examples"):
+        summarize({})
+
+
+def test_summarize_example_without_rollouts_is_an_error() -> None:
+    with pytest.raises(ValueError, match="without any rollout"):
+        summarize({"1": [1.0], "2": []})
+
+
+def test_summarize_non_finite_reward_is_an_error() -> None:
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        summarize({"1": [1.0], "2": [math.nan]})
+
+
+def test_summarize_single_example_has_undefined_spread_as_json_null() -> None:
+    s = summarize({"only": [1.0, 0.0]})
+    assert s.mean == 0.5
+    assert all(math.isnan(x) for x in (s.stderr, s.ci_low, s.ci_high))
+    d = s.to_dict()
+    assert d["stderr"] is None and d["ci_low"] is None and d["ci_high"] is None
+    json.dumps(d, allow_nan=False)
+
+
+def test_summarize_all_equal_rewards_has_zero_width_interval() -> None:
+    s = summarize({str(i): [0.7, 0.7] for i in range(10)})
+    assert s.stderr == 0.0
+    assert s.ci_low == s.ci_high == pytest.approx(0.7)
+    assert s.stderr == pytest.approx(sps.sem(np.full(10, 0.7)))
+
+
+def test_summarize_bounds_clip_only_when_given() -> None:
+    data = {str(i): [1.0] for i in range(19)} | {"19": [0.0]}
+    unclipped = summarize(data)
+    assert unclipped.ci_high > 1.0  # a t interval ignores the reward scale
+    clipped = summarize(data, bounds=(0.0, 1.0))
+    assert (clipped.ci_low, clipped.ci_high) == (unclipped.ci_low, 1.0)
+    with pytest.raises(ValueError, match="bounds"):
+        summarize(data, bounds=(1.0, 0.0))
+
+
+def test_summarize_rejects_bad_confidence() -> None:
+    with pytest.raises(ValueError, match="confidence"):
+        summarize({"1": [1.0]}, confidence=95)
+
+
+# --- compare_paired: McNemar ------------------------------------------------------------------
+
+
+def _binary_pair(b: int, c: int, both: int, neither: int) -> tuple[dict[str, float], ...]:
+    """b solved->missed, c missed->solved, plus concordant pairs; ids 0.. in that order."""
+    cells = [(1.0, 0.0)] * b + [(0.0, 1.0)] * c + [(1.0, 1.0)] * both + [(0.0, 0.0)] * neither
+    base = {str(i): x for i, (x, _) in enumerate(cells)}
+    run = {str(i): y for i, (_, y) in enumerate(cells)}
+    return base, run
+
+
+def _statsmodels_one_sided(b: int, c: int, both: int, neither: int) -> float:
+    # statsmodels' exact McNemar is two-sided: 2 * P(X <= min(b, c)). With b > c the one-sided
+    # tail for "run worse", P(X >= b), is exactly half of it by the symmetry of Binomial(n, 1/2).
+    assert b > c
+    return float(mcnemar([[both, b], [c, neither]], exact=True).pvalue) / 2
+
+
+def test_mcnemar_fixed_table_matches_statsmodels() -> None:
+    base, run = _binary_pair(b=21, c=8, both=150, neither=41)  # n = 220
+    cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    assert cmp.test == TEST_MCNEMAR
+    assert cmp.n_shared == 220
+    assert cmp.p_value == pytest.approx(_statsmodels_one_sided(21, 8, 150, 41), rel=1e-10)
+    assert cmp.p_value < 0.05 and cmp.regressed
+    assert cmp.diff == pytest.approx((8 - 21) / 220)
+    assert cmp.baseline_mean == pytest.approx(171 / 220)
+    assert cmp.run_mean == pytest.approx(158 / 220)
+    assert cmp.solved_to_missed == [str(i) for i in range(21)]
+    assert cmp.missed_to_solved == [str(i) for i in range(21, 29)]
+    ref = DescrStatsW(np.array([run[k] - base[k] for k in base]))
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(ref.tconfint_mean(alpha=0.05))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mcnemar_random_tables_match_statsmodels(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    b, c, both, neither = (int(x) for x in rng.integers(0, 40, size=4))
+    base, run = _binary_pair(b, c, both, neither)
+    if not base:
+        return
+    cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    if b > c:
+        assert cmp.p_value == pytest.approx(_statsmodels_one_sided(b, c, both, neither), rel=1e-9)
+    else:
+        assert cmp.p_value >= 0.5  # no evidence at all that the run is worse
+        assert not cmp.regressed
+    assert len(cmp.solved_to_missed) == b and len(cmp.missed_to_solved) == c
+
+
+def test_mcnemar_no_discordant_pairs() -> None:
+    base, run = _binary_pair(b=0, c=0, both=5, neither=5)
+    cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    assert (cmp.p_value, cmp.diff, cmp.diff_ci_low, cmp.diff_ci_high) == (1.0, 0.0, 0.0, 0.0)
+    assert not cmp.regressed
+
+
+# --- compare_paired: paired t -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_paired_t_random_matches_statsmodels(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(3, 400))
+    base_p = rng.beta(2, 2, size=n)
+    run_p = np.clip(base_p + rng.normal(-0.03, 0.1, size=n), 0, 1)
+    base = {str(i): float(x) for i, x in enumerate(rng.binomial(5, base_p) / 5)}
+    run = {str(i): float(x) for i, x in enumerate(rng.binomial(5, run_p) / 5)}
+    cmp = compare_paired(base, run, baseline_binary_single=False, run_binary_single=False)
+
+    d = DescrStatsW(np.array([run[k] - base[k] for k in base]))
+    assert cmp.test == TEST_PAIRED_T
+    assert cmp.p_value == pytest.approx(d.ttest_mean(0.0, alternative="smaller")[1], rel=1e-9)
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(d.tconfint_mean(alpha=0.05))
+    assert cmp.diff == pytest.approx(d.mean)
+    assert cmp.regressed == (cmp.p_value < 0.05 and cmp.diff < 0)
+
+
+def test_non_binary_or_multi_rollout_side_picks_paired_t() -> None:
+    base, run = _binary_pair(b=10, c=2, both=20, neither=5)
+    for flags in ((True, False), (False, True), (False, False)):
+        cmp = compare_paired(base, run, baseline_binary_single=flags[0], run_binary_single=flags[1])
+        assert cmp.test == TEST_PAIRED_T
+    graded = {"1": 0.25, "2": 0.5, "3": 1.0}
+    cmp = compare_paired(graded, graded, baseline_binary_single=False, run_binary_single=False)
+    assert cmp.test == TEST_PAIRED_T
+
+
+def test_binary_flag_with_graded_rewards_is_an_error() -> None:
+    with pytest.raises(ValueError, match="run_binary_single=True"):
+        compare_paired({"1": 1.0}, {"1": 0.5}, baseline_binary_single=True, run_binary_single=True)
+
+
+def test_identical_runs_have_no_evidence_of_a_drop() -> None:
+    same = {str(i): 0.4 for i in range(30)}
+    cmp = compare_paired(same, same, baseline_binary_single=False, run_binary_single=False)
+    assert (cmp.p_value, cmp.diff, cmp.diff_ci_low, cmp.diff_ci_high) == (1.0, 0.0, 0.0, 0.0)
+    assert not cmp.regressed
+
+
+def test_uniform_drop_on_every_example_regresses() -> None:
+    base = {str(i): 0.9 for i in range(10)}
+    run = {str(i): 0.8 for i in range(10)}
+    cmp = compare_paired(base, run, baseline_binary_single=False, run_binary_single=False)
+    assert cmp.p_value == 0.0 and cmp.regressed
+    assert cmp.diff_ci_low == cmp.diff_ci_high == pytest.approx(-0.1)
+
+
+def test_single_shared_example_is_undefined_and_not_a_regression() -> None:
+    cmp = compare_paired(
+        {"1": 0.9, "2": 0.1}, {"1": 0.2}, baseline_binary_single=False, run_binary_single=False
+    )
+    assert cmp.n_shared == 1 and math.isnan(cmp.p_value) and not cmp.regressed
+    assert (cmp.only_in_baseline, cmp.only_in_run) == (1, 0)
+    assert cmp.solved_to_missed == ["1"]
+    d = cmp.to_dict()
+    assert d["p_value"] is None and d["diff_ci_low"] is None
+    json.dumps(d, allow_nan=False)
+
+
+def test_no_shared_ids_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="share no example id"):
+        compare_paired({"a": 1.0}, {"b": 1.0}, baseline_binary_single=True, run_binary_single=True)
+
+
+def test_only_shared_ids_are_compared() -> None:
+    base = {"1": 1.0, "2": 1.0, "3": 0.0, "9": 1.0}
+    run = {"1": 0.0, "2": 1.0, "3": 1.0, "4": 0.0, "5": 0.0}
+    cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    assert (cmp.n_shared, cmp.only_in_baseline, cmp.only_in_run) == (3, 1, 2)
+    assert cmp.baseline_mean == pytest.approx(2 / 3) and cmp.run_mean == pytest.approx(2 / 3)
+
+
+def test_improvement_never_regresses_and_max_drop_tolerates_small_drops() -> None:
+    base, run = _binary_pair(b=2, c=60, both=100, neither=38)
+    better = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    assert better.diff > 0 and not better.regressed and better.p_value > 0.99
+
+    base, run = _binary_pair(b=30, c=10, both=100, neither=60)  # a significant 0.1 drop
+    strict = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    lenient = compare_paired(
+        base, run, baseline_binary_single=True, run_binary_single=True, max_drop=0.15
+    )
+    assert strict.regressed and not lenient.regressed
+    assert strict.p_value == lenient.p_value
+
+
+def test_bad_alpha_and_max_drop_are_errors() -> None:
+    one = {"1": 1.0}
+    with pytest.raises(ValueError, match="alpha"):
+        compare_paired(one, one, baseline_binary_single=True, run_binary_single=True, alpha=5)
+    with pytest.raises(ValueError, match="max_drop"):
+        compare_paired(one, one, baseline_binary_single=True, run_binary_single=True, max_drop=-1)
+
+
+def test_flips_are_sorted_naturally() -> None:
+    ids = ["10", "2", "1", "q10", "q2", "b"]
+    base = dict.fromkeys(ids, 1.0)
+    run = dict.fromkeys(ids, 0.0)
+    cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    assert cmp.solved_to_missed == ["1", "2", "10", "b", "q2", "q10"]
+    assert sorted(["01", "1", "001"], key=natural_key) == ["001", "01", "1"]
+
+
+def test_to_dict_is_plain_json() -> None:
+    base, run = _binary_pair(b=3, c=1, both=4, neither=2)
+    d = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True).to_dict()
+    assert json.loads(json.dumps(d, allow_nan=False)) == d
+    assert isinstance(d["regressed"], bool) and isinstance(d["p_value"], float)
+
+
+# --- simulation: calibration and power --------------------------------------------------------
+#
+# 400 null replications: if the true false-alarm rate were exactly alpha = 0.05, the observed rate
+# has sd sqrt(0.05 * 0.95 / 400) = 0.011, so "<= 0.05 + 3 sd = 0.083" would fail a calibrated test
+# about once in 700 seeds (and the seeds are fixed, so this is deterministic). Exact McNemar is
+# conservative, so it usually sits well below alpha.
+
+NULL_REPS = 400
+NULL_LIMIT = 0.05 + 3 * math.sqrt(0.05 * 0.95 / NULL_REPS)
+
+
+def _simulate(rng: Rng, p_base: np.ndarray, p_run: np.ndarray, rollouts: int) -> tuple[bool, str]:
+    n = len(p_base)
+    base = rng.binomial(rollouts, p_base, size=n) / rollouts
+    run = rng.binomial(rollouts, p_run, size=n) / rollouts
+    single = rollouts == 1
+    cmp = compare_paired(
+        {str(i): float(x) for i, x in enumerate(base)},
+        {str(i): float(x) for i, x in enumerate(run)},
+        baseline_binary_single=single,
+        run_binary_single=single,
+    )
+    return cmp.regressed, cmp.test
+
+
+@pytest.mark.parametrize(("rollouts", "test"), [(1, TEST_MCNEMAR), (4, TEST_PAIRED_T)])
+def test_false_alarm_rate_under_the_null_is_at_most_alpha(rollouts: int, test: str) -> None:
+    rng = np.random.default_rng(2026)
+    n = 200
+    alarms = 0
+    for _ in range(NULL_REPS):
+        p = rng.beta(1.5, 1.0, size=n)  # per-example success probability, same for both runs
+        regressed, used = _simulate(rng, p, p, rollouts)
+        assert used == test
+        alarms += regressed
+    assert alarms / NULL_REPS <= NULL_LIMIT
+
+
+@pytest.mark.parametrize("rollouts", [1, 4])
+def test_real_drop_is_detected_almost_always(rollouts: int) -> None:
+    rng = np.random.default_rng(11)
+    n, reps = 200, 200
+    detected = sum(
+        _simulate(rng, np.full(n, 0.8), np.full(n, 0.6), rollouts)[0] for _ in range(reps)
+    )
+    assert detected / reps >= 0.97
