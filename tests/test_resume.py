@@ -1,0 +1,189 @@
+"""Resume: an interrupted evaluation loses nothing and repeats nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BenchmarkProject, read_jsonl
+
+N = 120
+CONCURRENCY = 4
+SLOW = f"eval: {{max_concurrent: {CONCURRENCY}, max_retries: 0}}\n"
+
+
+def start_pytest(project: BenchmarkProject, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest", *project.args(*extra)],
+        cwd=project.pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_for_checkpoint_lines(project: BenchmarkProject, name: str, at_least: int) -> Path:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for run in project.run_dirs(name):
+            checkpoint = run / "checkpoint.jsonl"
+            if checkpoint.exists() and checkpoint.read_bytes().count(b"\n") >= at_least:
+                return checkpoint
+        time.sleep(0.02)
+    raise AssertionError("the run did not get going")
+
+
+def intact_records(checkpoint: Path) -> int:
+    count = 0
+    for line in checkpoint.read_bytes().splitlines():
+        try:
+            json.loads(line)
+            count += 1
+        except ValueError:
+            pass
+    return count
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
+def test_interrupted_run_resumes_without_repeating(
+    project: BenchmarkProject, sig: signal.Signals
+) -> None:
+    project.add("alpha", n=N, extra_yaml=SLOW)
+    project.server.configure(delay=0.05)
+    process = start_pytest(project)
+    checkpoint = wait_for_checkpoint_lines(project, "alpha", N // 3)
+    process.send_signal(sig)
+    code = process.wait(30)
+    if sig == signal.SIGINT:
+        assert code == pytest.ExitCode.INTERRUPTED  # pytest's clean "Interrupted" exit
+    finished = intact_records(checkpoint)
+    assert N // 3 <= finished < N
+    first_requests = project.server.stats()["chat_requests"]
+
+    project.server.configure(delay=0.0, reset_stats=True)
+    result = project.run()
+    result.assert_outcomes(passed=1)
+    second_requests = project.server.stats()["chat_requests"]
+    # Exactly the missing examples were asked again; only in-flight work was ever repeated.
+    assert second_requests == N - finished
+    assert first_requests + second_requests <= N + CONCURRENCY
+    [run_dir] = project.run_dirs("alpha")
+    results = read_jsonl(run_dir / "results.jsonl")
+    assert sorted(r["example_id"] for r in results) == list(range(N))
+    result.stdout.fnmatch_lines(
+        [f"alpha: resumed: {finished}/{N} examples from run {run_dir.name}"]
+    )
+    assert json.loads((run_dir / "metadata.json").read_text())["num_examples"] == N
+
+
+def test_changed_sampling_starts_new_run_and_says_why(project: BenchmarkProject) -> None:
+    project.add("alpha", n=20)
+    project.server.configure(fail_rate=0.3)
+    project.run()  # leaves an incomplete run (errored examples)
+    project.server.configure(fail_rate=0.0)
+    result = project.run("--override", "sampling.temperature=0.5")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*note: an earlier incomplete run * exists with a different configuration "
+            "(sampling.temperature differ); starting a new run*"
+        ]
+    )
+    assert len(project.run_dirs("alpha")) == 2
+
+
+def test_changed_gpu_is_the_same_run(project: BenchmarkProject) -> None:
+    project.add("alpha", n=20)
+    project.server.configure(fail_rate=0.3)
+    project.run()
+    errored = 20 - project.server.stats()["completed_requests"]
+    project.server.configure(fail_rate=0.0, reset_stats=True)
+    result = project.run(
+        "--override",
+        "infra.gpu=H100:2",
+        "--override",
+        "eval.max_concurrent=3",
+        "--override",
+        "infra.timeout=99",
+    )
+    result.assert_outcomes(passed=1)
+    assert len(project.run_dirs("alpha")) == 1
+    assert project.server.stats()["chat_requests"] == errored
+
+
+def test_errored_examples_are_retried_next_run(project: BenchmarkProject) -> None:
+    project.add("alpha", n=30, extra_yaml="eval: {rollouts: 2, max_retries: 0}\n")
+    project.server.configure(fail_rate=0.3)
+    first = project.run()
+    assert first.ret == pytest.ExitCode.TESTS_FAILED
+    failing = 30 - project.server.stats()["completed_requests"] // 2
+    assert failing > 0
+    project.server.configure(fail_rate=0.0, reset_stats=True)
+    result = project.run()
+    result.assert_outcomes(passed=1)
+    # Only the errored rollouts (2 per failing example) were requested again.
+    assert project.server.stats()["chat_requests"] == 2 * failing
+    [run_dir] = project.run_dirs("alpha")
+    results = read_jsonl(run_dir / "results.jsonl")
+    assert len(results) == 60 and not any(r["error"] for r in results)
+    result.stdout.fnmatch_lines([f"alpha: resumed: {30 - failing}/30 examples from run *"])
+
+
+def test_torn_checkpoint_line_resumes_with_a_warning(project: BenchmarkProject) -> None:
+    project.add("alpha", n=12)
+    project.run().assert_outcomes(passed=1)
+    [run_dir] = project.run_dirs("alpha")
+    checkpoint = run_dir / "checkpoint.jsonl"
+    lines = checkpoint.read_bytes().splitlines(keepends=True)
+    checkpoint.write_bytes(b"".join(lines[:5]) + lines[5][: len(lines[5]) // 2])
+    project.server.configure(reset_stats=True)
+    result = project.run("-W", "default")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*ignoring a torn checkpoint line*"])
+    assert project.server.stats()["chat_requests"] == 7
+    assert len(read_jsonl(run_dir / "results.jsonl")) == 12
+
+
+def test_fresh_and_cache_clear_start_over(project: BenchmarkProject) -> None:
+    project.add("alpha", n=6)
+    project.run().assert_outcomes(passed=1)
+    project.server.configure(reset_stats=True)
+    project.run().assert_outcomes(passed=1)
+    assert project.server.stats().get("chat_requests", 0) == 0  # fully resumed
+    project.run("--eval-fresh").assert_outcomes(passed=1)
+    project.run("--cache-clear").assert_outcomes(passed=1)
+    assert project.server.stats()["chat_requests"] == 12
+    assert len(project.run_dirs("alpha")) == 3
+
+
+def test_without_cacheprovider_resume_scans_the_output_dir(project: BenchmarkProject) -> None:
+    project.add("alpha", n=10)
+    project.server.configure(fail_rate=0.3)
+    project.run("-p", "no:cacheprovider")
+    completed = project.server.stats()["completed_requests"]
+    project.server.configure(fail_rate=0.0, reset_stats=True)
+    project.run("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert project.server.stats()["chat_requests"] == 10 - completed
+    assert len(project.run_dirs("alpha")) == 1
+
+
+def test_two_benchmarks_resume_in_parallel_under_xdist(project: BenchmarkProject) -> None:
+    project.add("alpha", n=20)
+    project.add("beta", n=20)
+    project.server.configure(fail_rate=0.3)
+    project.run_subprocess("-n", "2")
+    completed = project.server.stats()["completed_requests"]
+    project.server.configure(fail_rate=0.0, reset_stats=True)
+    result = project.run_subprocess("-n", "2")
+    result.assert_outcomes(passed=2)
+    assert project.server.stats()["chat_requests"] == 40 - completed
+    result.stdout.fnmatch_lines(["alpha: resumed: */20 examples from run *"])
+    result.stdout.fnmatch_lines(["beta: resumed: */20 examples from run *"])
+    for name in ("alpha", "beta"):
+        [run_dir] = project.run_dirs(name)
+        assert len(read_jsonl(run_dir / "results.jsonl")) == 20
