@@ -1,0 +1,522 @@
+"""The local proxy, against a real local server that speaks Modal's 303 protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+
+from pytest_modal_eval.proxy import (
+    LOG_ROUTE_HEADER,
+    ModalProxy,
+    ProxySettings,
+    ProxyThread,
+    settings_from_env,
+)
+from tests.support.modal_server import CALL_PARAM, CHAT_PATH, ModalLikeServer
+
+SECRETS = {
+    "Modal-Key": "wk-KEY0secret0a1b2c",
+    "Modal-Secret": "ws-SECRET0d3e4f5",
+    "Authorization": "Bearer sk-VLLM0secret0g6h7",
+}
+SECRET_VALUES = ["wk-KEY0secret0a1b2c", "ws-SECRET0d3e4f5", "sk-VLLM0secret0g6h7"]
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+LINE = re.compile(
+    r"^\d{4}-\d\d-\d\dT\S+ (?P<method>[A-Z]+) (?P<path>/\S*) status=(?P<status>\S+)"
+    r" hops=(?P<hops>\d+) attempts=(?P<attempts>\d+) latency_ms=\d+$"
+)
+
+MakeProxy = Callable[..., ProxyThread]
+
+
+@pytest.fixture
+def upstream() -> Iterator[ModalLikeServer]:
+    server = ModalLikeServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    return tmp_path / "default" / "proxy.log"
+
+
+@pytest.fixture
+def make_proxy(upstream: ModalLikeServer, log_path: Path) -> Iterator[MakeProxy]:
+    started: list[ProxyThread] = []
+
+    def make(**overrides: Any) -> ProxyThread:
+        # Tiny backoff so retry tests take milliseconds; Retry-After tests raise the cap.
+        kw: dict[str, Any] = {
+            "inject_headers": SECRETS,
+            "log_path": log_path,
+            "backoff_initial_s": 0.01,
+            "backoff_max_s": 0.05,
+        } | overrides
+        proxy = ProxyThread(ProxySettings(upstream.url, **kw))
+        started.append(proxy)
+        proxy.start()
+        return proxy
+
+    yield make
+    for proxy in started:
+        proxy.stop()
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=15, trust_env=False) as c:
+        yield c
+
+
+def chat(
+    client: httpx.Client, proxy: ProxyThread, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    return client.post(f"{proxy.url}{CHAT_PATH}", json=CHAT, headers=headers)
+
+
+def parsed_log(path: Path) -> list[dict[str, str]]:
+    lines = path.read_text().splitlines()
+    matches = [LINE.match(line) for line in lines]
+    assert all(matches), lines
+    return [m.groupdict() for m in matches if m]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- the 303 protocol ----------------------------------------------------------------------------
+@pytest.mark.parametrize("hops", [0, 3, 25])
+def test_follows_redirect_chain_with_bodyless_gets(
+    hops: int,
+    make_proxy: MakeProxy,
+    upstream: ModalLikeServer,
+    client: httpx.Client,
+    log_path: Path,
+) -> None:
+    proxy = make_proxy()
+    response = chat(client, proxy, {"X-Test-Hops": str(hops)})
+
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "ok"
+    first, *rest = upstream.seen
+    assert (first.method, json.loads(first.body)) == ("POST", CHAT)
+    assert [(s.method, s.path_qs, s.body) for s in rest] == [
+        ("GET", f"{CHAT_PATH}?{CALL_PARAM}=fc-1", b"")
+    ] * hops
+    assert all("Content-Type" not in s.headers for s in rest)
+    proxy.stop()
+    assert parsed_log(log_path) == [
+        {"method": "POST", "path": CHAT_PATH, "status": "200", "hops": str(hops), "attempts": "1"}
+    ]
+
+
+def test_gives_up_after_max_redirects(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client
+) -> None:
+    proxy = make_proxy(max_redirects=5)
+    response = chat(client, proxy, {"X-Test-Hops": "100"})
+
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "proxy_redirects"
+    assert [s.method for s in upstream.seen] == ["POST"] + ["GET"] * 5
+
+
+def test_streams_chunks_as_they_arrive(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client
+) -> None:
+    proxy = make_proxy()
+    body = CHAT | {"stream": True}
+    headers = {"X-Test-Hops": "2", "X-Test-Gate": "1"}
+    with client.stream("POST", f"{proxy.url}{CHAT_PATH}", json=body, headers=headers) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        chunks = r.iter_raw()
+        received = b""
+        while received.count(b"data: ") < 3:
+            received += next(chunks)
+        # The upstream holds its last event until the gate opens: had the proxy buffered the
+        # body, nothing would have arrived yet (and then a "gate timed out" event would).
+        assert b"[DONE]" not in received
+        upstream.open_gate()
+        for chunk in chunks:
+            received += chunk
+    assert b"gate" not in received
+    assert received.endswith(b'"end"}}]}\n\ndata: [DONE]\n\n')
+
+
+# -- retries -------------------------------------------------------------------------------------
+def test_429_waits_for_retry_after_then_succeeds(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client
+) -> None:
+    proxy = make_proxy(backoff_max_s=5.0)
+    upstream.fail_next("429:1")
+    started = time.monotonic()
+    response = chat(client, proxy)
+
+    assert response.status_code == 200
+    assert time.monotonic() - started >= 0.9  # the 10 ms backoff alone would be far quicker
+    assert [s.method for s in upstream.seen] == ["POST", "POST"]
+
+
+def test_retry_after_is_capped(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client
+) -> None:
+    proxy = make_proxy(backoff_max_s=0.2)
+    upstream.fail_next("429:3600")
+    started = time.monotonic()
+    assert chat(client, proxy).status_code == 200
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    ("hops", "fault_on", "expected"),
+    [
+        (0, "POST", ["POST", "POST"]),
+        # A failure after a 303 repeats the GET of the call URL; re-POSTing would start over.
+        (2, "GET", ["POST", "GET", "GET", "GET"]),
+    ],
+)
+def test_503_then_success(
+    hops: int,
+    fault_on: str,
+    expected: list[str],
+    make_proxy: MakeProxy,
+    upstream: ModalLikeServer,
+    client: httpx.Client,
+    log_path: Path,
+) -> None:
+    proxy = make_proxy()
+    upstream.fail_next("503", method=fault_on)
+    response = chat(client, proxy, {"X-Test-Hops": str(hops)})
+
+    assert response.status_code == 200
+    assert [s.method for s in upstream.seen] == expected
+    assert all(CALL_PARAM in s.path_qs for s in upstream.seen if s.method == "GET")
+    proxy.stop()
+    [line] = parsed_log(log_path)
+    assert (line["hops"], line["attempts"]) == (str(hops), "2")
+
+
+def test_retry_budget_exhausted_returns_last_upstream_answer(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client
+) -> None:
+    proxy = make_proxy(max_attempts=3)
+    upstream.fail_next(*["503"] * 10)
+    response = chat(client, proxy)
+
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == "injected 503"
+    assert len(upstream.seen) == 3
+
+
+def test_failed_result_fetch_is_returned_not_the_refetch_404(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client
+) -> None:
+    proxy = make_proxy()
+    response = chat(client, proxy, {"X-Test-Hops": "1", "X-Test-Result-Status": "500"})
+
+    # The 500 was the call's result; the retried GET found it gone (404), so the proxy answers
+    # with the 500 it already had rather than a confusing "not found".
+    assert [(s.method, CALL_PARAM in s.path_qs) for s in upstream.seen] == [
+        ("POST", False),
+        ("GET", True),
+        ("GET", True),
+    ]
+    assert response.status_code == 500
+    assert response.json()["error"]["message"] == "result status 500"
+
+
+@pytest.mark.parametrize("drop", ["reset", "close"])
+def test_dropped_connection_then_success(
+    drop: str, make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client
+) -> None:
+    proxy = make_proxy()
+    upstream.fail_next(drop)
+    response = chat(client, proxy)
+
+    assert response.status_code == 200
+    assert [s.method for s in upstream.seen] == ["POST", "POST"]
+
+
+def test_unreachable_upstream_gives_502_after_max_attempts(client: httpx.Client) -> None:
+    settings = ProxySettings(
+        f"http://127.0.0.1:{free_port()}",
+        max_attempts=3,
+        backoff_initial_s=0.01,
+        inject_headers=SECRETS,
+    )
+    with ProxyThread(settings) as proxy:
+        response = client.post(f"{proxy.url}{CHAT_PATH}", json=CHAT)
+
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["type"] == "proxy_upstream_unreachable"
+    assert "after 3 attempts" in error["message"]
+    assert not any(secret in response.text for secret in SECRET_VALUES)
+
+
+# -- the deadline --------------------------------------------------------------------------------
+def test_deadline_ends_a_straggler_with_504(
+    make_proxy: MakeProxy, client: httpx.Client, log_path: Path
+) -> None:
+    proxy = make_proxy(request_deadline_s=0.5)
+    started = time.monotonic()
+    response = chat(client, proxy, {"X-Test-Hops": "1000", "X-Test-Hop-Delay": "0.1"})
+
+    assert 0.4 < time.monotonic() - started < 3
+    assert response.status_code == 504
+    error = response.json()["error"]
+    assert error["type"] == "proxy_deadline"
+    assert "0.5 s" in error["message"]
+    proxy.stop()
+    [line] = parsed_log(log_path)
+    assert line["status"] == "504"
+    assert int(line["hops"]) >= 2
+
+
+def test_deadline_during_a_stream_truncates_it_visibly(
+    make_proxy: MakeProxy, client: httpx.Client, log_path: Path
+) -> None:
+    proxy = make_proxy(request_deadline_s=1.0)
+    body = CHAT | {"stream": True}
+    url = f"{proxy.url}{CHAT_PATH}"
+    received = b""
+    with client.stream("POST", url, json=body, headers={"X-Test-Gate": "1"}) as r:
+        assert r.status_code == 200  # headers went out before the deadline
+        with pytest.raises(httpx.RemoteProtocolError):
+            for chunk in r.iter_raw():
+                received += chunk
+    assert received.count(b"data: ") == 3  # the events sent before the upstream stalled
+    proxy.stop()
+    [line] = parsed_log(log_path)
+    assert line["status"] == "200+deadline"
+
+
+# -- headers, secrets and the log ----------------------------------------------------------------
+def test_injected_headers_reach_upstream_on_every_hop(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    proxy = make_proxy()
+    response = chat(
+        client,
+        proxy,
+        {
+            "Authorization": "Bearer EMPTY",  # what OpenAI clients send without a real key
+            "X-Test-Hops": "2",
+            LOG_ROUTE_HEADER: str(tmp_path / "logs" / "proxy.log"),
+        },
+    )
+
+    assert response.status_code == 200
+    assert len(upstream.seen) == 3
+    host = upstream.url.removeprefix("http://")
+    for seen in upstream.seen:
+        for name, value in SECRETS.items():
+            assert seen.headers.getall(name) == [value]
+        assert LOG_ROUTE_HEADER not in seen.headers
+        assert seen.headers["Host"] == host
+
+
+def test_log_lines_routing_and_no_secrets(
+    make_proxy: MakeProxy,
+    upstream: ModalLikeServer,
+    client: httpx.Client,
+    tmp_path: Path,
+    log_path: Path,
+) -> None:
+    routed = tmp_path / "run" / "logs" / "proxy.log"
+    rejected = tmp_path / "elsewhere.log"
+    proxy = make_proxy()
+
+    response = client.post(
+        f"{proxy.url}{CHAT_PATH}?trace=1",
+        json=CHAT,
+        headers={"X-Test-Hops": "3", LOG_ROUTE_HEADER: str(routed)},
+    )
+    assert response.status_code == 200
+    assert upstream.seen[0].path_qs == f"{CHAT_PATH}?trace=1"  # the query is forwarded...
+    for bad in ["relative/proxy.log", str(rejected), str(tmp_path / "a" / ".." / "proxy.log")]:
+        assert client.get(f"{proxy.url}/health", headers={LOG_ROUTE_HEADER: bad}).text == "ok"
+    # Lines are flushed within a second or so, without waiting for stop().
+    deadline = time.monotonic() + 3
+    while not routed.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert routed.exists()
+    proxy.stop()
+
+    assert parsed_log(routed) == [  # ...but not logged
+        {"method": "POST", "path": CHAT_PATH, "status": "200", "hops": "3", "attempts": "1"}
+    ]
+    assert [(d["method"], d["path"], d["status"]) for d in parsed_log(log_path)] == [
+        ("GET", "/health", "200")
+    ] * 3
+    assert not rejected.exists()
+    text = routed.read_text() + log_path.read_text()
+    assert not any(secret in text for secret in SECRET_VALUES)
+
+
+def test_settings_from_env_and_redacted_repr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODAL_PROXY_TOKEN_ID", SECRET_VALUES[0])
+    monkeypatch.setenv("MODAL_PROXY_TOKEN_SECRET", SECRET_VALUES[1])
+    monkeypatch.setenv("VLLM_API_KEY", SECRET_VALUES[2])
+    settings = settings_from_env("http://127.0.0.1:1", max_attempts=2)
+
+    assert dict(settings.inject_headers) == SECRETS
+    assert settings.max_attempts == 2
+    for text in (repr(settings), str(settings), repr([settings])):
+        assert "Modal-Key" in text
+        assert not any(secret in text for secret in SECRET_VALUES)
+
+    monkeypatch.delenv("VLLM_API_KEY")
+    monkeypatch.setenv("MODAL_PROXY_TOKEN_SECRET", "")
+    assert dict(settings_from_env("http://h", inject_headers={"X-A": "b"}).inject_headers) == {
+        "Modal-Key": SECRET_VALUES[0],
+        "X-A": "b",
+    }
+
+
+@pytest.mark.parametrize("upstream_url", ["127.0.0.1:8000", "ftp://h", "http://h/?q=1"])
+def test_settings_reject_bad_upstream(upstream_url: str) -> None:
+    with pytest.raises(ValueError, match="upstream"):
+        ProxySettings(upstream_url)
+
+
+# -- lifecycle -----------------------------------------------------------------------------------
+def test_proxy_thread_lifecycle(upstream: ModalLikeServer, client: httpx.Client) -> None:
+    proxy = ProxyThread(ProxySettings(upstream.url))
+    proxy.stop()  # never started: nothing to do
+    url = proxy.start()
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url)
+    assert client.get(f"{url}/health").text == "ok"
+
+    taken = ProxyThread(ProxySettings(upstream.url), port=int(url.rsplit(":", 1)[1]))
+    with pytest.raises(OSError):
+        taken.start()
+    taken.stop()
+
+    proxy.stop()
+    proxy.stop()
+    with pytest.raises(httpx.ConnectError):
+        client.get(f"{url}/health")
+
+
+def test_stop_cuts_in_flight_requests_and_logs_them(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, log_path: Path
+) -> None:
+    proxy = make_proxy()
+    errors: list[Exception] = []
+
+    def long_poll() -> None:
+        with httpx.Client(timeout=15, trust_env=False) as c:
+            try:
+                chat(c, proxy, {"X-Test-Hops": "1000", "X-Test-Hop-Delay": "0.1"})
+            except httpx.TransportError as exc:
+                errors.append(exc)
+
+    thread = threading.Thread(target=long_poll)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while len(upstream.seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    started = time.monotonic()
+    proxy.stop()
+    assert time.monotonic() - started < 3
+    thread.join(timeout=5)
+
+    assert [type(e) for e in errors] == [httpx.RemoteProtocolError]  # a disconnect, not a hang
+    [line] = parsed_log(log_path)
+    assert line["status"] == "cancelled"
+    assert int(line["hops"]) >= 1
+
+
+def test_256_concurrent_requests(upstream: ModalLikeServer, log_path: Path) -> None:
+    async def run() -> list[tuple[int, str]]:
+        proxy = ModalProxy(ProxySettings(upstream.url, log_path=log_path))
+        url = await proxy.start()
+        try:
+            connector = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(connector=connector) as session:
+
+                async def one(i: int) -> tuple[int, str]:
+                    headers = {"X-Test-Hops": str(i % 3)}
+                    async with session.post(f"{url}{CHAT_PATH}", json=CHAT, headers=headers) as r:
+                        return r.status, (await r.json())["choices"][0]["message"]["content"]
+
+                return await asyncio.gather(*(one(i) for i in range(256)))
+        finally:
+            await proxy.stop()
+
+    started = time.monotonic()
+    results = asyncio.run(run())
+    assert time.monotonic() - started < 10
+    assert results == [(200, "ok")] * 256
+    assert len(parsed_log(log_path)) == 256
+
+
+# -- the standalone command ----------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_cli_prints_url_forwards_and_exits_cleanly(
+    sig: signal.Signals, upstream: ModalLikeServer, client: httpx.Client, log_path: Path
+) -> None:
+    env = os.environ | {
+        "MODAL_PROXY_TOKEN_ID": SECRET_VALUES[0],
+        "MODAL_PROXY_TOKEN_SECRET": SECRET_VALUES[1],
+        "VLLM_API_KEY": SECRET_VALUES[2],
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "pytest_modal_eval.proxy",
+        "--upstream",
+        upstream.url,
+        "--log",
+        str(log_path),
+        "--max-attempts",
+        "2",
+    ]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            assert selector.select(timeout=20), "the proxy printed nothing"
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+", line)
+        assert match, line
+        response = client.post(f"{match[0]}{CHAT_PATH}", json=CHAT, headers={"X-Test-Hops": "2"})
+        assert response.status_code == 200
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+    assert proc.returncode == 0, err
+    assert upstream.seen[0].headers["Modal-Secret"] == SECRET_VALUES[1]
+    everything = line + out + err + log_path.read_text()
+    assert "POST /v1/chat/completions status=200 hops=2" in everything
+    assert not any(secret in everything for secret in SECRET_VALUES)
