@@ -1,0 +1,296 @@
+"""Baselines stored through syrupy, exercised with items shaped like ours.
+
+The pytester projects below collect each ``evals/*.yaml`` into a ``pytest.Module`` subclass that
+yields one ``pytest.Function`` named after the benchmark -- the real item shape -- because what
+syrupy does depends on it: the snapshot location comes from ``item.path`` (the YAML), the
+snapshot name from the node id, and unused-snapshot accounting from the collected items. Plain
+``test_*.py`` functions would exercise a different path (``__snapshots__/<module>/``).
+``-p no:modal_eval`` keeps our own plugin's collector out, so only this file's wiring runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_modal_eval.baseline import Baseline, BaselineError
+
+CONFTEST = """
+import json
+import pytest
+import yaml
+from pytest_modal_eval.baseline import Baseline, check_baseline
+
+
+def run_benchmark(request, snapshot):
+    spec = request.node.spec
+    if spec.get("crash"):
+        raise RuntimeError("deployment failed before any reward")
+    current = Baseline.from_rewards(
+        benchmark=request.node.name,
+        model="test-model",
+        config_hash=spec.get("config", "cfg-1"),
+        rewards={str(k): v for k, v in spec["rewards"].items()},
+    )
+    outcome = check_baseline(snapshot, current)
+    out = request.config.rootpath / "outcomes"
+    out.mkdir(exist_ok=True)
+    (out / f"{request.node.name}.json").write_text(json.dumps({
+        "status": str(outcome.status),
+        "message": outcome.message,
+        "comparable": outcome.comparable,
+        "stored": None if outcome.stored is None else outcome.stored.to_dict(),
+    }))
+
+
+class BenchmarkFile(pytest.Module):
+    obj = None  # a YAML file is not importable; same trick as _pytest.doctest.DoctestTextfile
+
+    def collect(self):
+        spec = yaml.safe_load(self.path.read_text())
+        item = pytest.Function.from_parent(self, name=spec["name"], callobj=run_benchmark)
+        item.spec = spec
+        yield item
+
+
+def pytest_collect_file(file_path, parent):
+    if file_path.suffix == ".yaml":
+        return BenchmarkFile.from_parent(parent, path=file_path)
+"""
+
+GSM8K = "name: gsm8k\nrewards: {1: [1.0], 2: [0.0], 10: [1.0], 17: [1.0]}\n"
+# Item name differs from the YAML stem: syrupy's own location check would warn on write.
+MMLU = "name: mmlu-pro\nrewards: {a: [1.0, 0.5], b: [0.0, 1.0], c: [1.0, 1.0]}\n"
+BASE = ("-p", "no:modal_eval", "-p", "no:cacheprovider")
+
+
+class Project:
+    def __init__(self, pytester: pytest.Pytester) -> None:
+        self.pytester = pytester
+        pytester.makeconftest(CONFTEST)
+        pytester.makeini("[pytest]\nfilterwarnings = error\n")
+        (pytester.path / "evals").mkdir()
+        self.write("gsm8k", GSM8K)
+        self.write("mmlu", MMLU)
+
+    def write(self, name: str, text: str) -> None:
+        (self.pytester.path / "evals" / f"{name}.yaml").write_text(text)
+
+    def baseline(self, name: str) -> Path:
+        return self.pytester.path / "evals" / "__baselines__" / f"{name}.json"
+
+    def outcome(self, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(
+            (self.pytester.path / "outcomes" / f"{name}.json").read_text()
+        )
+        return data
+
+    def run(self, *args: str, xdist: bool = False) -> pytest.RunResult:
+        outcomes = self.pytester.path / "outcomes"
+        for f in outcomes.glob("*.json") if outcomes.exists() else ():
+            f.unlink()
+        if xdist:
+            # Workers are real processes; run the whole session in one too.
+            return self.pytester.runpytest_subprocess(*BASE, "-n", "2", *args)
+        return self.pytester.runpytest(*BASE, *args)
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Project:
+    # When this suite itself runs under xdist, the inner session would inherit the worker's
+    # environment and syrupy would take it for a worker (no summary, report sent nowhere).
+    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(var, raising=False)
+    return Project(pytester)
+
+
+@pytest.fixture(params=[False, True], ids=["inprocess", "xdist"])
+def xdist(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+# --- Baseline document ------------------------------------------------------------------------
+
+
+def _baseline(**changes: Any) -> Baseline:
+    rewards = {"10": [1.0], "2": [0.0], "1": [1.0]}
+    base = Baseline.from_rewards(benchmark="gsm8k", model="m", config_hash="h", rewards=rewards)
+    return Baseline(**{**base.__dict__, **changes})
+
+
+def test_from_rewards_records_means_and_binary_single() -> None:
+    b = _baseline()
+    assert b.per_example == {"10": 1.0, "2": 0.0, "1": 1.0}
+    assert (b.n_examples, b.rollouts_per_example, b.binary_single) == (3, 1, True)
+    graded = Baseline.from_rewards(
+        benchmark="x", model="m", config_hash="h", rewards={"a": [1.0, 0.0], "b": [1.0]}
+    )
+    assert graded.per_example == {"a": 0.5, "b": 1.0} and not graded.binary_single
+    partial = Baseline.from_rewards(benchmark="x", model="m", config_hash="h", rewards={"a": [0.5]})
+    assert not partial.binary_single
+
+
+def test_document_is_readable_one_example_per_line_in_natural_order() -> None:
+    text = _baseline().to_json()
+    assert text.endswith("}\n")
+    lines = text.splitlines()
+    body = lines[lines.index('  "per_example": {') + 1 : -2]
+    assert body == ['    "1": 1.0,', '    "2": 0.0,', '    "10": 1.0']
+
+
+def test_round_trip_including_undefined_stderr() -> None:
+    b = _baseline()
+    assert Baseline.from_json(b.to_json()) == b
+    single = Baseline.from_rewards(benchmark="x", model="m", config_hash="h", rewards={"1": [1.0]})
+    assert single.to_dict()["stderr"] is None
+    assert math.isnan(Baseline.from_dict(single.to_dict()).stderr)
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"per_example": {"1": "1.0"}, "n_examples": 1}, "per_example.1: Input should be a valid"),
+        ({"n_examples": 5}, "n_examples is 5 but per_example has 3"),
+        ({"per_example": {"1": 0.5, "2": 0.0, "10": 1.0}}, "binary_single is true"),
+        ({"surprise": 1}, "surprise: Extra inputs are not permitted"),
+        ({"version": 2}, "version: Input should be 1"),
+        ({"mean": None}, "mean: Input should be a valid number"),
+    ],
+)
+def test_malformed_document_error_names_file_and_field(
+    change: dict[str, Any], problem: str
+) -> None:
+    doc = {**_baseline().to_dict(), **change}
+    with pytest.raises(BaselineError) as info:
+        Baseline.from_dict(doc, source="evals/__baselines__/gsm8k.json")
+    assert "malformed baseline evals/__baselines__/gsm8k.json" in str(info.value)
+    assert problem in str(info.value)
+
+
+def test_not_json_is_a_clear_error() -> None:
+    with pytest.raises(BaselineError, match=r"malformed baseline x\.json: not JSON"):
+        Baseline.from_json("{oops", source="x.json")
+    with pytest.raises(BaselineError, match="stderr"):
+        Baseline.from_json(_baseline().to_json().replace('"stderr": 0', '"stderr": NaN, "x": 0'))
+
+
+# --- through syrupy ---------------------------------------------------------------------------
+
+
+def test_update_writes_readable_file_and_next_run_loads_it(project: Project, xdist: bool) -> None:
+    result = project.run(xdist=xdist)
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0 and project.outcome("gsm8k")["status"] == "missing"
+
+    result = project.run("--snapshot-update", xdist=xdist)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*2 snapshots generated.*"])
+    assert project.outcome("gsm8k")["status"] == "recorded"
+    text = project.baseline("gsm8k").read_text()
+    assert '    "17": 1.0' in text and '"benchmark": "gsm8k"' in text
+
+    result = project.run(xdist=xdist)
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0
+    for name in ("gsm8k", "mmlu-pro"):
+        outcome = project.outcome(name)
+        assert outcome["status"] == "loaded" and outcome["comparable"]
+        assert outcome["stored"] == json.loads(project.baseline(name).read_text())
+    result.stdout.no_fnmatch_line("*unused*")
+
+
+def test_refresh_reports_updated_and_unchanged(project: Project) -> None:
+    project.run("--snapshot-update").assert_outcomes(passed=2)
+    project.write("gsm8k", GSM8K.replace("17: [1.0]", "17: [0.0]"))
+    result = project.run("--snapshot-update")
+    result.stdout.fnmatch_lines(["*1 snapshot passed. 1 snapshot updated.*"])
+    assert project.outcome("gsm8k")["status"] == "updated"
+    assert project.outcome("gsm8k")["stored"]["per_example"]["17"] == 1.0  # the previous one
+    assert project.outcome("mmlu-pro")["status"] == "unchanged"
+    assert '"17": 0.0' in project.baseline("gsm8k").read_text()
+
+
+def test_missing_baseline_is_reported_not_failed(project: Project) -> None:
+    result = project.run()
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0
+    outcome = project.outcome("gsm8k")
+    assert outcome["status"] == "missing" and not outcome["comparable"]
+    assert "record one with --snapshot-update" in outcome["message"]
+    assert not (project.pytester.path / "evals" / "__baselines__").exists()
+    result.stdout.no_fnmatch_line("*snapshot*failed*")
+
+
+def test_malformed_baseline_fails_the_item_with_a_clear_error(project: Project) -> None:
+    project.run("--snapshot-update").assert_outcomes(passed=2)
+    path = project.baseline("gsm8k")
+    path.write_text(path.read_text().replace('"2": 0.0', '"2": "zero"'))
+    result = project.run()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*BaselineError: malformed baseline evals/__baselines__/gsm8k.json;"
+            " refresh it with --snapshot-update:",
+            "*per_example.2: Input should be a valid number*",
+        ]
+    )
+    # Refreshing replaces the unreadable file.
+    project.run("--snapshot-update").assert_outcomes(passed=2)
+    assert "replaced an unreadable file" in project.outcome("gsm8k")["message"]
+    assert Baseline.from_json(path.read_text()).per_example["2"] == 0.0
+
+
+def test_config_hash_mismatch_is_reported(project: Project) -> None:
+    project.run("--snapshot-update").assert_outcomes(passed=2)
+    project.write("gsm8k", GSM8K + "config: cfg-2\n")
+    project.run().assert_outcomes(passed=2)
+    outcome = project.outcome("gsm8k")
+    assert outcome["status"] == "config-changed" and not outcome["comparable"]
+    assert outcome["message"] == (
+        "baseline evals/__baselines__/gsm8k.json was made under a different configuration "
+        "('cfg-1', now 'cfg-2'); refresh it with --snapshot-update"
+    )
+    assert outcome["stored"]["config_hash"] == "cfg-1"
+
+
+def test_keyword_selection_leaves_other_baselines_alone(project: Project, xdist: bool) -> None:
+    project.run("--snapshot-update").assert_outcomes(passed=2)
+    mmlu = project.baseline("mmlu-pro")
+    before = (mmlu.read_text(), mmlu.stat().st_mtime_ns)
+    project.write("gsm8k", GSM8K.replace("17: [1.0]", "17: [0.0]"))
+
+    for args in (("-k", "gsm8k"), ("-k", "gsm8k", "--snapshot-update")):
+        result = project.run(*args, xdist=xdist)
+        result.assert_outcomes(passed=1)
+        assert result.ret == 0
+        result.stdout.no_fnmatch_line("*unused*")
+        result.stdout.no_fnmatch_line("*Deleted*")
+    assert (mmlu.read_text(), mmlu.stat().st_mtime_ns) == before
+    assert '"17": 0.0' in project.baseline("gsm8k").read_text()
+
+
+def test_item_failing_before_the_check_keeps_its_baseline(project: Project) -> None:
+    # Syrupy deletes unused snapshots of items that ran under --snapshot-update; a baseline must
+    # survive an infrastructure failure of its benchmark.
+    project.run("--snapshot-update").assert_outcomes(passed=2)
+    before = project.baseline("mmlu-pro").read_text()
+    project.write("mmlu", MMLU + "crash: true\n")
+    for args in ((), ("--snapshot-update",)):
+        result = project.run(*args)
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.no_fnmatch_line("*unused*")
+    assert project.baseline("mmlu-pro").read_text() == before
+
+
+def test_update_new_only_records_missing_but_keeps_existing(project: Project) -> None:
+    project.run("--snapshot-update", "-k", "mmlu").assert_outcomes(passed=1)
+    before = project.baseline("mmlu-pro").read_text()
+    project.write("mmlu", MMLU.replace("c: [1.0, 1.0]", "c: [0.0, 0.0]"))
+    project.run("--snapshot-update-new-only").assert_outcomes(passed=2)
+    assert project.outcome("gsm8k")["status"] == "recorded"
+    assert project.outcome("mmlu-pro")["status"] == "loaded"
+    assert project.baseline("mmlu-pro").read_text() == before
