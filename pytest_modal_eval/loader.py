@@ -53,9 +53,7 @@ def load_benchmark(path: Path, overrides: list[tuple[str, Any]] | None = None) -
     return Benchmark(path=path, config=config)
 
 
-def _explain(
-    path: Path, exc: ValidationError, overrides: list[tuple[str, Any]]
-) -> str:
+def _explain(path: Path, exc: ValidationError, overrides: list[tuple[str, Any]]) -> str:
     lines = [f"{path}: invalid benchmark configuration"]
     override_keys = {key for key, _ in overrides}
     for error in exc.errors():

@@ -45,7 +45,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise pytest.UsageError(f"--override {key}: value {raw!r} is not valid YAML: {exc}") from exc
+        raise pytest.UsageError(
+            f"--override {key}: value {raw!r} is not valid YAML: {exc}"
+        ) from exc
     return key, value
 
 
