@@ -78,8 +78,8 @@ class RunOutcome:
     resumed_examples: int = 0
     new_run_note: str | None = None
     answer_hash: str = ""
-    per_example: dict[str, float] = field(default_factory=dict)
-    binary_single: bool = False
+    baseline_hash: str = ""
+    per_example_rewards: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def error_rate(self) -> float:
@@ -241,6 +241,8 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     outcome.resumed_examples = finished_before
     outcome.new_run_note = note
     outcome.answer_hash = answer_hash
+    # A baseline is compared across models, so its key leaves out who answered.
+    outcome.baseline_hash = canonical_hash({**fields, "model": None, "endpoint": None})
     write_results(checkpoint, run_dir / "results.jsonl", selected_ids, rollouts)
     write_json_atomic(run_dir / "metadata.json", _metadata(request, outcome, sampling))
     index.record(answer_hash, PriorRun(run_dir, run_id, fields, not outcome.errored), time.time())
@@ -337,7 +339,6 @@ def _summarise(
         else:
             errored[example_id] = next(iter(state.errors.values()), "not evaluated")
     summary = stats.summarize(per_example) if per_example else None
-    binary = rollouts == 1 and all(v[0] in (0.0, 1.0) for v in per_example.values())
     return RunOutcome(
         run_dir=run_dir,
         run_id=run_id,
@@ -348,8 +349,7 @@ def _summarise(
         truncated_rollouts=truncated,
         metric_means={k: sum(v) / len(v) for k, v in metric_totals.items()},
         elapsed_s=time.monotonic() - started,
-        per_example={k: sum(v) / len(v) for k, v in per_example.items()},
-        binary_single=binary,
+        per_example_rewards=per_example,
     )
 
 

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 from pytest_modal_eval.config import GateConfig
 from pytest_modal_eval.evaluation import RunOutcome
+from pytest_modal_eval.stats import PairedComparison
+
+#: How many flipped example ids a message lists before "and N more".
+FLIPS_SHOWN = 20
 
 #: Warn when more than this share of rollouts hit max_tokens.
 TRUNCATION_WARN_SHARE = 0.5
@@ -33,8 +37,34 @@ def describe_score(outcome: RunOutcome) -> str:
     return f"{fmt(s.mean)} ± {fmt(s.stderr)} (95% CI [{fmt(s.ci_low)}, {fmt(s.ci_high)}])"
 
 
-def judge(outcome: RunOutcome, gate: GateConfig) -> Verdict:
+def describe_comparison(c: PairedComparison) -> list[str]:
+    """The baseline comparison in a few lines: means, difference with CI, p, what flipped."""
+    lines = [
+        f"baseline {fmt(c.baseline_mean)} -> run {fmt(c.run_mean)} over {c.n_shared} shared "
+        f"examples: diff {c.diff:+.3f} (95% CI [{fmt(c.diff_ci_low)}, {fmt(c.diff_ci_high)}]), "
+        f"one-sided p = {fmt(c.p_value, 4)} ({c.test}; alpha {c.alpha:g}, "
+        f"max_drop {c.max_drop:g})"
+    ]
+    for label, ids in (
+        ("solved -> missed", c.solved_to_missed),
+        ("missed -> solved", c.missed_to_solved),
+    ):
+        if ids:
+            shown = ", ".join(ids[:FLIPS_SHOWN])
+            more = f" and {len(ids) - FLIPS_SHOWN} more" if len(ids) > FLIPS_SHOWN else ""
+            lines.append(f"{label} ({len(ids)}): {shown}{more}")
+    return lines
+
+
+def judge(
+    outcome: RunOutcome, gate: GateConfig, comparison: PairedComparison | None = None
+) -> Verdict:
     verdict = Verdict(passed=True)
+    if comparison is not None and comparison.regressed:
+        verdict.reasons.append(
+            "significant drop from the stored baseline: "
+            + "; ".join(describe_comparison(comparison))
+        )
     summary = outcome.summary
     if outcome.errored and outcome.error_rate > gate.max_error_rate:
         verdict.reasons.append(

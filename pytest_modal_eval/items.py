@@ -74,10 +74,10 @@ def _register_marker(config: pytest.Config, name: str) -> None:
         config.addinivalue_line("markers", f"{name}: {description} (pytest-modal-eval)")
 
 
-def _evaluate(request: pytest.FixtureRequest, subtests: Any) -> None:
+def _evaluate(request: pytest.FixtureRequest, subtests: Any, snapshot: Any) -> None:
     item = request.node
     assert isinstance(item, BenchmarkItem)
-    item.session_plugin.evaluate(item, subtests, request)
+    item.session_plugin.evaluate(item, subtests, snapshot)
 
 
 class BenchmarkItem(pytest.Function):

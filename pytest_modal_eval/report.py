@@ -11,13 +11,19 @@ from pytest_modal_eval.gate import Verdict, fmt
 
 if TYPE_CHECKING:
     from pytest_modal_eval.evaluation import RunOutcome
+    from pytest_modal_eval.stats import PairedComparison
 
 #: Properties are named plainly in JUnit XML; this prefix marks the few internal ones.
 PROPERTY_PREFIX = "modal_eval_"
 
 
 def record_properties(
-    item: pytest.Item, outcome: RunOutcome, verdict: Verdict, model: str, elapsed: float
+    item: pytest.Item,
+    outcome: RunOutcome,
+    verdict: Verdict,
+    model: str,
+    elapsed: float,
+    comparison: PairedComparison | None = None,
 ) -> None:
     """Attach the figures as ``user_properties`` (str/int/float only: they cross xdist)."""
     s = outcome.summary
@@ -40,6 +46,18 @@ def record_properties(
         ("run_id", outcome.run_id),
         ("resumed_examples", outcome.resumed_examples),
     ]
+    if comparison is not None:
+        props += [
+            ("baseline_mean", _num(comparison.baseline_mean)),
+            ("baseline_diff", _num(comparison.diff)),
+            ("baseline_diff_ci_low", _num(comparison.diff_ci_low)),
+            ("baseline_diff_ci_high", _num(comparison.diff_ci_high)),
+            ("baseline_p_value", _num(comparison.p_value)),
+            ("baseline_test", comparison.test),
+            ("baseline_shared_examples", comparison.n_shared),
+            ("solved_to_missed", ",".join(comparison.solved_to_missed)),
+            ("missed_to_solved", ",".join(comparison.missed_to_solved)),
+        ]
     for warning in verdict.warnings:
         props.append((f"{PROPERTY_PREFIX}warning", warning))
     item.user_properties.extend(props)

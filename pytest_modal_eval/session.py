@@ -9,13 +9,15 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval import adapter
+from pytest_modal_eval.baseline import Baseline, BaselineError, check_baseline
 from pytest_modal_eval.deployments import EndpointInfo, ServerRequest, endpoint_source
 from pytest_modal_eval.endpoint_check import EndpointChecker, EndpointError
 from pytest_modal_eval.evaluation import ExampleResult, RunOutcome, RunRequest, run_benchmark
-from pytest_modal_eval.gate import describe_score, fmt, judge
+from pytest_modal_eval.gate import describe_comparison, describe_score, fmt, judge
 from pytest_modal_eval.items import BenchmarkItem, EvalProblem
 from pytest_modal_eval.options import Settings
 from pytest_modal_eval.report import PROPERTY_PREFIX, record_properties
+from pytest_modal_eval.stats import PairedComparison, compare_paired
 
 ENDPOINT_KEY = pytest.StashKey[EndpointInfo]()
 
@@ -46,7 +48,7 @@ class EvalSession:
             raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
         item.stash[ENDPOINT_KEY] = info
 
-    def evaluate(self, item: BenchmarkItem, subtests: Any, request: pytest.FixtureRequest) -> None:
+    def evaluate(self, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
         """The call phase: evaluate every example (as subtests), then apply the gate."""
         info = item.stash[ENDPOINT_KEY]
         config = item.benchmark.config
@@ -87,15 +89,48 @@ class EvalSession:
             raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
         except adapter.EnvironmentError_ as exc:
             raise EvalProblem(f"{item.path}: {exc}") from None
-        verdict = judge(outcome, config.gate)
+        comparison, baseline_note = self._baseline(item, outcome, snapshot)
+        verdict = judge(outcome, config.gate, comparison)
         item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
-        record_properties(
-            item, outcome, verdict, self.settings.model or "", time.monotonic() - started
-        )
-        if outcome.new_run_note:
-            item.user_properties.append((f"{PROPERTY_PREFIX}note", outcome.new_run_note))
+        elapsed = time.monotonic() - started
+        record_properties(item, outcome, verdict, self.settings.model or "", elapsed, comparison)
+        notes = [outcome.new_run_note, baseline_note]
+        if comparison is not None and self.config.get_verbosity() > 0:
+            notes += describe_comparison(comparison)
+        for note in notes:
+            if note:
+                item.user_properties.append((f"{PROPERTY_PREFIX}note", note))
         if not verdict.passed:
             raise EvalProblem(failure_message(item, outcome, verdict.reasons))
+
+    def _baseline(
+        self, item: BenchmarkItem, outcome: RunOutcome, snapshot: Any
+    ) -> tuple[PairedComparison | None, str | None]:
+        """Record (--snapshot-update) or load the stored baseline and compare with it."""
+        if not outcome.per_example_rewards:
+            return None, None
+        current = Baseline.from_rewards(
+            benchmark=item.benchmark.name,
+            model=self.settings.model or "",
+            config_hash=outcome.baseline_hash,
+            rewards=outcome.per_example_rewards,
+        )
+        try:
+            found = check_baseline(snapshot, current)
+        except BaselineError as exc:
+            raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+        if not found.comparable or found.stored is None:
+            return None, found.message
+        stored, gate = found.stored, item.benchmark.config.gate
+        comparison = compare_paired(
+            stored.per_example,
+            current.per_example,
+            baseline_binary_single=stored.binary_single,
+            run_binary_single=current.binary_single,
+            alpha=gate.alpha,
+            max_drop=gate.max_drop,
+        )
+        return comparison, None
 
 
 def failure_message(item: BenchmarkItem, outcome: RunOutcome, reasons: list[str]) -> str:

@@ -1,0 +1,116 @@
+"""Regression gates against stored baselines, end to end through the local endpoint."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.conftest import BenchmarkProject, arithmetic_rows
+from tests.support.openai_server import FakeModel
+
+N = 200
+
+
+def correct_ids(accuracy: float, salt: str = "", n: int = N) -> set[int]:
+    """Which examples the test server answers right: the same rule the server uses."""
+    fake = FakeModel("test-model", {})
+    return {
+        i
+        for i, row in enumerate(arithmetic_rows(n))
+        if fake.fraction(salt, row["question"]) < accuracy
+    }
+
+
+def record_baseline(project: BenchmarkProject, accuracy: float, *extra: str) -> None:
+    project.server.configure(accuracy=accuracy)
+    result = project.run("--snapshot-update", *extra)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*1 snapshot generated*"])
+
+
+def test_update_writes_a_readable_baseline_that_the_next_run_passes(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.5}")
+    record_baseline(project, 0.8)
+    stored = json.loads((project.evals / "__baselines__" / "alpha.json").read_text())
+    assert stored["n_examples"] == N and stored["binary_single"] is True
+    assert set(stored["per_example"]) == {str(i) for i in range(N)}
+    assert stored["mean"] == pytest.approx(len(correct_ids(0.8)) / N)
+    result = project.run("--eval-fresh", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*diff +0.000*one-sided p = 1.0000 (mcnemar-exact*"])
+
+
+def test_real_drop_fails_and_lists_exactly_the_flipped_examples(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1}")
+    record_baseline(project, 0.9)
+    project.server.configure(accuracy=0.6)
+    result = project.run("--eval-fresh", "--junitxml=report.xml")
+    result.assert_outcomes(failed=1)
+    flipped = sorted(correct_ids(0.9) - correct_ids(0.6))
+    out = result.stdout.str()
+    assert "significant drop from the stored baseline" in out
+    assert "mcnemar-exact" in out
+    shown = ", ".join(str(i) for i in flipped[:20])
+    assert f"solved -> missed ({len(flipped)}): {shown}" in out
+    props = {
+        p.get("name"): p.get("value")
+        for p in ET.parse(project.pytester.path / "report.xml").iter("property")
+    }
+    assert props["solved_to_missed"] == ",".join(str(i) for i in flipped)
+    assert float(props["baseline_diff"]) == pytest.approx(-len(flipped) / N)
+    assert float(props["baseline_p_value"]) < 0.05
+
+
+def test_sampling_noise_of_realistic_size_passes(project: BenchmarkProject) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.5}")
+    record_baseline(project, 0.8)
+    # Another "seed": each question's right/wrong is redrawn at the same accuracy.
+    project.server.configure(accuracy=0.8, salt="another-seed")
+    result = project.run("--eval-fresh", "-v")
+    result.assert_outcomes(passed=1)
+    flips_down = len(correct_ids(0.8) - correct_ids(0.8, "another-seed"))
+    flips_up = len(correct_ids(0.8, "another-seed") - correct_ids(0.8))
+    assert flips_down > 10 and flips_up > 10  # real noise, not an identical run
+    result.stdout.fnmatch_lines([f"*solved -> missed ({flips_down})*"])
+
+
+def test_small_drop_within_max_drop_passes(project: BenchmarkProject) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.5, max_drop: 0.2}")
+    record_baseline(project, 0.9)
+    project.server.configure(accuracy=0.8)
+    result = project.run("--eval-fresh", "-v")
+    result.assert_outcomes(passed=1)
+    # The drop is significant, just smaller than the tolerated 0.2.
+    result.stdout.fnmatch_lines(["*diff -0.*one-sided p = 0.0*"])
+
+
+def test_changed_configuration_is_reported_not_compared(project: BenchmarkProject) -> None:
+    project.add("alpha", n=40, gate="gate: {min_avg_reward: 0.1}")
+    record_baseline(project, 1.0)
+    project.server.configure(accuracy=0.3)
+    result = project.run("--override", "sampling.max_tokens=64")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*note: baseline evals/__baselines__/alpha.json was made under a different "
+            "configuration*refresh it with --snapshot-update*"
+        ]
+    )
+
+
+def test_baselines_work_under_xdist(project: BenchmarkProject) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1}")
+    project.add("beta", n=N, gate="gate: {min_avg_reward: 0.1}")
+    project.server.configure(accuracy=0.9)
+    first = project.run_subprocess("-n", "2", "--snapshot-update")
+    first.assert_outcomes(passed=2)
+    project.server.configure(accuracy=0.6)
+    result = project.run_subprocess("-n", "2", "--eval-fresh")
+    result.assert_outcomes(failed=2)
+    assert result.stdout.str().count("significant drop from the stored baseline") == 2
