@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 
+#: Chat templates bundled in pytest_modal_eval/templates/, used when a model has none.
+FALLBACK_TEMPLATES = ("base", "code", "math", "think")
+
 GPU_TYPES = (
     "T4",
     "L4",
@@ -132,6 +135,15 @@ class BenchmarkConfig(BaseModel):
     eval: EvalConfig = Field(default_factory=EvalConfig)  # type: ignore[arg-type]
     gate: GateConfig = Field(default_factory=GateConfig)  # type: ignore[arg-type]
     tags: list[str] = Field(default_factory=list)
+
+    @field_validator("chat_template")
+    @classmethod
+    def _check_template(cls, value: str | None) -> str | None:
+        if value is not None and value not in FALLBACK_TEMPLATES and not value.endswith(".jinja"):
+            raise ValueError(
+                f"use one of {', '.join(FALLBACK_TEMPLATES)} or a path to a .jinja file"
+            )
+        return value
 
     @field_validator("tags")
     @classmethod

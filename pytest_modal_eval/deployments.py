@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from pytest_modal_eval.adapter import Endpoint
-from pytest_modal_eval.config import BenchmarkConfig
+from pytest_modal_eval.loader import Benchmark
 from pytest_modal_eval.options import Settings
 
 BROKER_INPUT_KEY = "modal_eval_broker"
@@ -42,13 +42,18 @@ class ServerRequest:
     api_key_env: str
 
     @classmethod
-    def for_benchmark(cls, settings: Settings, config: BenchmarkConfig) -> ServerRequest:
+    def for_benchmark(cls, settings: Settings, benchmark: Benchmark) -> ServerRequest:
+        config = benchmark.config
+        template = config.chat_template
+        if template is not None and template.endswith(".jinja"):
+            # A template file is named relative to its benchmark YAML.
+            template = str((benchmark.path.parent / template).resolve())
         return cls(
             backend=settings.backend,
             model=settings.model or "",
             infra=config.infra.model_dump(),
             vllm=config.vllm.model_dump(),
-            chat_template=config.chat_template,
+            chat_template=template,
             base_url=settings.base_url,
             api_key_env=settings.api_key_env,
         )

@@ -50,6 +50,12 @@ def load_benchmark(path: Path, overrides: list[tuple[str, Any]] | None = None) -
         raise BenchmarkError(_explain(path, exc, overrides or [])) from None
     if config.name is not None and (not config.name or "[" in config.name or "::" in config.name):
         raise BenchmarkError(f"{path}: name {config.name!r} must be non-empty without '[' or '::'")
+    template = config.chat_template
+    if template and template.endswith(".jinja") and not (path.parent / template).is_file():
+        raise BenchmarkError(
+            f"{path}: chat_template: file {template!r} not found (paths are relative to "
+            "the benchmark YAML)"
+        )
     return Benchmark(path=path, config=config)
 
 

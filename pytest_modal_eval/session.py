@@ -40,7 +40,7 @@ class EvalSession:
         env_problem = adapter.missing_environment(config.env_id)
         if env_problem:
             raise EvalProblem(f"{item.path}: env_id: {env_problem}")
-        request = ServerRequest.for_benchmark(settings, config)
+        request = ServerRequest.for_benchmark(settings, item.benchmark)
         try:
             info = endpoint_source(self.config).endpoint_for(request)
             self.checker.check(info.endpoint, timeout=info.check_timeout)

@@ -155,6 +155,9 @@ def test_override_of_wrong_type_names_key_and_type(project: BenchmarkProject) ->
         ),
         ("env_id: file-qa\ninfra: {gpu: Z80}\n", "infra.gpu: Value error, unknown GPU type 'Z80'"),
         ("name: x\n", "env_id: required field is missing"),
+        ("env_id: file-qa\nchat_template: fancy\n", "chat_template: Value error, use one of"),
+        ("env_id: file-qa\nchat_template: t.jinja\n", "chat_template: file 't.jinja' not found"),
+        ("env_id: file-qa\ntags: [has space]\n", "must be a Python identifier"),
         ("- a\n- b\n", "a benchmark must be a YAML mapping"),
     ],
 )
