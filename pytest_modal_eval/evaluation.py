@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 import platform
 import subprocess
@@ -37,6 +39,36 @@ from pytest_modal_eval.runstore import (
 
 #: Consecutive errored examples after which the endpoint is taken to be down.
 ABORT_AFTER_CONSECUTIVE_ERRORS = 20
+#: Progress is logged (``--log-cli-level=INFO`` shows it) every this share of the examples.
+PROGRESS_STEP = 0.1
+
+log = logging.getLogger("pytest_modal_eval")
+
+
+@contextlib.contextmanager
+def verifiers_log_to(path: Path) -> Any:
+    """Send verifiers' own log records to the run's log file, not pytest's captured output.
+
+    verifiers logs every failed rollout at ERROR level; thousands of those would bury the
+    gate's short failure message, and they belong with the run anyway.
+    """
+    logger = logging.getLogger("verifiers")
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    previous = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    # httpx logs every request at INFO: noise next to the progress lines.
+    client_log = logging.getLogger("httpx")
+    client_level = client_log.level
+    client_log.setLevel(max(client_level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = previous
+        handler.close()
+        client_log.setLevel(client_level)
 
 
 @dataclass(frozen=True)
@@ -167,9 +199,11 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
 
     consecutive_errors = 0
     start_time = datetime.now(UTC).isoformat()
+    progress_step = max(1, int(total * PROGRESS_STEP))
+    next_progress = done + progress_step
 
     def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
-        nonlocal done, reward_sum, counted, consecutive_errors
+        nonlocal done, reward_sum, counted, consecutive_errors, next_progress
         state = states.setdefault(example_id, ExampleState())
         missing = [r for r in range(rollouts) if r not in state.rewards]
         records = [
@@ -187,6 +221,15 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
                 state.metrics[rollout] = {k: float(v) for k, v in record["metrics"].items()}
                 state.truncated += record["is_truncated"]
         done += 1
+        if done >= next_progress:
+            next_progress += progress_step
+            log.info(
+                "%s: %d/%d examples, mean reward so far %s",
+                request.benchmark.name,
+                done,
+                total,
+                f"{reward_sum / counted:.3f}" if counted else "n/a",
+            )
         error = next(iter(state.errors.values()), None)
         if error is None:
             rewards = [state.rewards[r] for r in range(rollouts)]
@@ -229,7 +272,8 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     checkpoint.open()
     try:
         if todo:
-            _run_grouped(env, todo, request, sampling, handle, should_stop)
+            with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
+                _run_grouped(env, todo, request, sampling, handle, should_stop)
     finally:
         checkpoint.close()
         checkpoint.write_meta(

@@ -63,6 +63,19 @@ def test_passing_gate_reports_subtests_and_summary(project: BenchmarkProject) ->
     )
 
 
+def test_progress_is_logged_and_verifiers_logs_go_to_the_run(project: BenchmarkProject) -> None:
+    project.add("alpha", n=20)
+    project.server.configure(fail_rate=0.2)
+    result = project.run("--log-cli-level=INFO")
+    result.stdout.fnmatch_lines(
+        ["*alpha: 2/20 examples, mean reward so far *", "*alpha: 20/20 examples*"]
+    )
+    out = result.stdout.str()
+    assert "Aborted rollout" not in out and "HTTP Request: POST" not in out
+    [run_dir] = project.run_dirs("alpha")
+    assert "Aborted rollout" in (run_dir / "logs" / "verifiers.log").read_text()
+
+
 def test_failing_gate_gives_the_numbers(project: BenchmarkProject) -> None:
     project.add("alpha", n=40, gate="gate: {min_avg_reward: 0.9}")
     project.server.configure(accuracy=0.5)
