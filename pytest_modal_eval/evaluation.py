@@ -55,8 +55,9 @@ def verifiers_log_to(path: Path) -> Any:
     logger = logging.getLogger("verifiers")
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    previous = logger.propagate
-    logger.addHandler(handler)
+    # verifiers may have attached its own console handler (setup_logging); swap them all.
+    previous = logger.propagate, logger.handlers[:]
+    logger.handlers = [handler]
     logger.propagate = False
     # httpx logs every request at INFO: noise next to the progress lines.
     client_log = logging.getLogger("httpx")
@@ -65,8 +66,7 @@ def verifiers_log_to(path: Path) -> Any:
     try:
         yield
     finally:
-        logger.removeHandler(handler)
-        logger.propagate = previous
+        logger.propagate, logger.handlers = previous
         handler.close()
         client_log.setLevel(client_level)
 
