@@ -17,14 +17,15 @@ import secrets
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from pytest_modal_eval.adapter import Endpoint
-from pytest_modal_eval.loader import Benchmark
 from pytest_modal_eval.options import Settings
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.loader import Benchmark
 
 BROKER_INPUT_KEY = "modal_eval_broker"
 
@@ -205,6 +206,8 @@ class BrokerClient:
             return endpoint_info_for_existing(request)
         key = json.dumps(request.profile(), sort_keys=True)
         if key not in self._cache:
+            import httpx
+
             # Deploys can take many minutes (cold starts, image builds): no short timeout.
             response = httpx.post(
                 f"{self.url}/endpoint",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
-import httpx
-
-from pytest_modal_eval.adapter import Endpoint
+if TYPE_CHECKING:
+    from pytest_modal_eval.adapter import Endpoint
 
 
 class EndpointError(Exception):
@@ -32,6 +32,8 @@ class EndpointChecker:
 
 
 def _probe(endpoint: Endpoint, timeout: float) -> str | None:
+    import httpx
+
     url = endpoint.base_url.rstrip("/") + "/models"
     headers = dict(endpoint.headers)
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None

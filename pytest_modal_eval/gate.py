@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pytest_modal_eval.config import GateConfig
-from pytest_modal_eval.evaluation import RunOutcome
-from pytest_modal_eval.stats import PairedComparison
+from pytest_modal_eval.report import fmt
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.config import GateConfig
+    from pytest_modal_eval.evaluation import RunOutcome
+    from pytest_modal_eval.stats import PairedComparison
 
 #: How many flipped example ids a message lists before "and N more".
 FLIPS_SHOWN = 20
@@ -21,12 +24,6 @@ class Verdict:
     passed: bool
     reasons: list[str] = field(default_factory=list)  # why it failed
     warnings: list[str] = field(default_factory=list)
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{value:.{digits}f}"
 
 
 def describe_score(outcome: RunOutcome) -> str:

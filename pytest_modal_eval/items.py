@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_modal_eval.loader import Benchmark, BenchmarkError, load_benchmark
-
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
+    from pytest_modal_eval.loader import Benchmark
     from pytest_modal_eval.session import EvalSession
 
 
@@ -47,6 +46,8 @@ class BenchmarkFile(pytest.Module):
         return types.ModuleType(self.path.stem)
 
     def collect(self) -> list[pytest.Item]:
+        from pytest_modal_eval.loader import load_benchmark
+
         session: EvalSession = self.config.stash[SESSION_KEY]
         benchmark = load_benchmark(self.path, list(session.settings.overrides))
         for tag in ("eval", *benchmark.config.tags):
@@ -60,6 +61,8 @@ class BenchmarkFile(pytest.Module):
         return [item]
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
+        from pytest_modal_eval.loader import BenchmarkError
+
         if isinstance(excinfo.value, BenchmarkError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)

@@ -6,9 +6,6 @@ import difflib
 from typing import Any
 
 import pytest
-import yaml
-
-from pytest_modal_eval.config import OVERRIDE_NAMESPACES
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -18,6 +15,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     schema here, so a typo fails before anything starts; types are checked later by the
     same pydantic models that check the YAML.
     """
+    import yaml
+
+    from pytest_modal_eval.config import OVERRIDE_NAMESPACES
+
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_modal_eval.gate import Verdict, fmt
-
 if TYPE_CHECKING:
     from pytest_modal_eval.evaluation import RunOutcome
+    from pytest_modal_eval.gate import Verdict
     from pytest_modal_eval.stats import PairedComparison
 
 #: Properties are named plainly in JUnit XML; this prefix marks the few internal ones.
@@ -61,6 +60,12 @@ def record_properties(
     for warning in verdict.warnings:
         props.append((f"{PROPERTY_PREFIX}warning", warning))
     item.user_properties.extend(props)
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:.{digits}f}"
 
 
 def _num(value: float) -> float | str:

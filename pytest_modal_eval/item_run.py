@@ -1,0 +1,145 @@
+"""The work of one benchmark item: prepare its endpoint, evaluate it, judge it.
+
+Imported only when a benchmark item runs, so installing the plugin costs an unrelated test
+suite nothing at start-up (this module pulls in verifiers, scipy and syrupy).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from pytest_modal_eval import adapter
+from pytest_modal_eval.baseline import Baseline, BaselineError, check_baseline
+from pytest_modal_eval.deployments import EndpointInfo, ServerRequest, endpoint_source
+from pytest_modal_eval.endpoint_check import EndpointError
+from pytest_modal_eval.evaluation import ExampleResult, RunOutcome, RunRequest, run_benchmark
+from pytest_modal_eval.gate import describe_comparison, describe_score, judge
+from pytest_modal_eval.items import BenchmarkItem, EvalProblem
+from pytest_modal_eval.report import PROPERTY_PREFIX, fmt, record_properties
+from pytest_modal_eval.session import EvalSession
+from pytest_modal_eval.stats import PairedComparison, compare_paired
+
+ENDPOINT_KEY = pytest.StashKey[EndpointInfo]()
+
+
+def prepare(session: EvalSession, item: BenchmarkItem) -> None:
+    """Runs in the item's setup (on the process running it): checks, then the endpoint."""
+    settings = session.settings
+    if not settings.model:
+        raise EvalProblem(
+            f"{item.benchmark.name}: no model given. Pass --model ORG/NAME (a Hugging Face "
+            "id or a local directory); deselect evaluations with -m 'not eval'."
+        )
+    config = item.benchmark.config
+    env_problem = adapter.missing_environment(config.env_id)
+    if env_problem:
+        raise EvalProblem(f"{item.path}: env_id: {env_problem}")
+    request = ServerRequest.for_benchmark(settings, item.benchmark)
+    try:
+        info = endpoint_source(session.config).endpoint_for(request)
+        session.checker.check(info.endpoint, timeout=info.check_timeout)
+    except (EndpointError, RuntimeError) as exc:
+        raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+    item.stash[ENDPOINT_KEY] = info
+
+
+def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
+    """The call phase: evaluate every example (as subtests), then apply the gate."""
+    info = item.stash[ENDPOINT_KEY]
+    config = item.benchmark.config
+    tolerate_errors = config.gate.max_error_rate > 0
+    started = time.monotonic()
+
+    def on_example(result: ExampleResult) -> None:
+        reward = fmt(sum(result.rewards) / len(result.rewards)) if result.rewards else "error"
+        progress = {
+            "reward": reward,
+            "done": f"{result.done}/{result.total}",
+            "mean": fmt(result.running_mean),
+        }
+        if result.resumed:
+            progress["resumed"] = "yes"
+        with subtests.test(msg=f"example {result.example_id}", **progress):
+            if result.error is not None:
+                message = f"example {result.example_id} could not be evaluated: {result.error}"
+                if tolerate_errors:
+                    pytest.skip(f"{message} (counted against gate.max_error_rate)")
+                pytest.fail(message, pytrace=False)
+
+    run_request = RunRequest(
+        benchmark=item.benchmark,
+        model=session.settings.model or "",
+        endpoint=info.endpoint,
+        output_dir=session.settings.output_dir,
+        index_key=item.nodeid,
+        cache=getattr(session.config, "cache", None),
+        fresh=session.settings.fresh,
+        server=info.profile,
+        chat_template=info.chat_template or None,
+        endpoint_identity=info.identity,
+    )
+    try:
+        outcome = run_benchmark(run_request, on_example)
+    except adapter.RunAborted as exc:
+        raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+    except adapter.EnvironmentError_ as exc:
+        raise EvalProblem(f"{item.path}: {exc}") from None
+    comparison, baseline_note = _baseline(session, item, outcome, snapshot)
+    verdict = judge(outcome, config.gate, comparison)
+    item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
+    elapsed = time.monotonic() - started
+    record_properties(item, outcome, verdict, session.settings.model or "", elapsed, comparison)
+    notes = [outcome.new_run_note, baseline_note]
+    if comparison is not None and session.config.get_verbosity() > 0:
+        notes += describe_comparison(comparison)
+    for note in notes:
+        if note:
+            item.user_properties.append((f"{PROPERTY_PREFIX}note", note))
+    if not verdict.passed:
+        raise EvalProblem(failure_message(item, outcome, verdict.reasons))
+
+
+def _baseline(
+    session: EvalSession, item: BenchmarkItem, outcome: RunOutcome, snapshot: Any
+) -> tuple[PairedComparison | None, str | None]:
+    """Record (--snapshot-update) or load the stored baseline and compare with it."""
+    if not outcome.per_example_rewards:
+        return None, None
+    current = Baseline.from_rewards(
+        benchmark=item.benchmark.name,
+        model=session.settings.model or "",
+        config_hash=outcome.baseline_hash,
+        rewards=outcome.per_example_rewards,
+    )
+    try:
+        found = check_baseline(snapshot, current)
+    except BaselineError as exc:
+        raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+    if not found.comparable or found.stored is None:
+        return None, found.message
+    stored, gate = found.stored, item.benchmark.config.gate
+    comparison = compare_paired(
+        stored.per_example,
+        current.per_example,
+        baseline_binary_single=stored.binary_single,
+        run_binary_single=current.binary_single,
+        alpha=gate.alpha,
+        max_drop=gate.max_drop,
+    )
+    return comparison, None
+
+
+def failure_message(item: BenchmarkItem, outcome: RunOutcome, reasons: list[str]) -> str:
+    summary = outcome.summary
+    evaluated = summary.n_examples if summary else 0
+    lines = [f"{item.benchmark.name}: gate failed"]
+    lines += [f"  - {reason}" for reason in reasons]
+    lines.append(
+        f"  score {describe_score(outcome)}; {evaluated} examples x {outcome.rollouts} rollouts"
+        f" evaluated, {len(outcome.errored)} errored"
+    )
+    lines.append(f"  run: {outcome.run_dir}")
+    return "\n".join(lines)
