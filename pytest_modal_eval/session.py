@@ -13,8 +13,6 @@ from pytest_modal_eval.options import Settings
 if TYPE_CHECKING:
     from pytest_modal_eval.items import BenchmarkItem
 
-ENDPOINT_KEY = pytest.StashKey["EndpointInfo"]()
-
 
 @dataclass
 class EvalSession:
