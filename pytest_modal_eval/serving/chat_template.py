@@ -1,0 +1,170 @@
+"""Which chat template a server uses, and where it came from.
+
+The model's own template always wins; the benchmark's bundled (or user-given) fallback is used
+only for models that ship none. The same functions run locally (local backend, or a local model
+directory) and inside the Modal container (a Hub id, decided after the files are there), so both
+sides record provenance the same way.
+
+Stdlib only at import time: the Modal container imports this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_modal_eval.serving.types import ServingError
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+BUNDLED_TEMPLATES = ("base", "code", "math", "think")
+
+# The files a model's template can live in, in transformers' order of precedence: since
+# transformers 4.5x a separate chat_template.jinja wins over the entry in tokenizer_config.json
+# ("If independent chat template file(s) exist, they take priority"). vLLM loads the tokenizer
+# through transformers, so this order is what the server really does.
+MODEL_TEMPLATE_FILES = ("chat_template.jinja", "tokenizer_config.json")
+
+#: Printed by the Modal container, one line, so the decision is greppable in `modal app logs`.
+LOG_MARKER = "MODAL_EVAL_CHAT_TEMPLATE"
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class FallbackTemplate:
+    """A benchmark's fallback template, read locally so its text can travel to a container."""
+
+    label: str  # "math.jinja" for a bundled one, the absolute path for a user's file
+    text: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"label": self.label, "text": self.text}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FallbackTemplate:
+        return cls(label=str(data["label"]), text=str(data["text"]))
+
+
+@dataclass(frozen=True)
+class TemplateChoice:
+    """The decision: ``text`` goes to ``--chat-template`` (None: the model's own is used)."""
+
+    text: str | None
+    provenance: dict[str, str]  # {"source": ..., "sha256": ...}
+
+
+def load_fallback(spec: str | None) -> FallbackTemplate | None:
+    """Read the fallback a benchmark names: a bundled name or an absolute ``.jinja`` path."""
+    if spec is None:
+        return None
+    if spec in BUNDLED_TEMPLATES:
+        path = TEMPLATES_DIR / f"{spec}.jinja"
+        return FallbackTemplate(label=path.name, text=path.read_text(encoding="utf-8"))
+    path = Path(spec)
+    if not (path.is_absolute() and path.suffix == ".jinja"):
+        raise ServingError(
+            f"chat_template {spec!r} is neither a bundled template "
+            f"({', '.join(BUNDLED_TEMPLATES)}) nor an absolute path to a .jinja file"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServingError(f"cannot read chat_template {spec}: {exc}") from exc
+    return FallbackTemplate(label=str(path), text=text)
+
+
+def model_chat_template(model_dir: Path) -> tuple[str, str] | None:
+    """The model's own template as (source, text), or None when it ships none."""
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return "model:chat_template.jinja", jinja.read_text(encoding="utf-8")
+    config = model_dir / "tokenizer_config.json"
+    if config.is_file():
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        if isinstance(template, list):
+            # Named templates: transformers' default is the one called "default".
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if isinstance(template, str) and template:
+            return "model:tokenizer_config.json", template
+    return None
+
+
+def resolve_chat_template(
+    model_dir: Path | None,
+    fallback: FallbackTemplate | None,
+    *,
+    extra_args: Sequence[str] = (),
+) -> TemplateChoice:
+    """Decide the template for a model whose template files are in ``model_dir``.
+
+    ``model_dir`` None means the files could not be fetched: the server will use whatever the
+    model has, and the provenance says it is unknown rather than guess.
+    """
+    if any(arg == "--chat-template" or arg.startswith("--chat-template=") for arg in extra_args):
+        # vllm.extra_args come last on the command line, so the user's explicit choice wins.
+        return TemplateChoice(None, {"source": "extra_args:--chat-template", "sha256": ""})
+    if model_dir is None:
+        return TemplateChoice(None, {"source": "unknown: model files not reachable", "sha256": ""})
+    own = model_chat_template(model_dir)
+    if own is not None:
+        source, text = own
+        return TemplateChoice(None, {"source": source, "sha256": sha256_text(text)})
+    if fallback is not None:
+        return TemplateChoice(
+            fallback.text,
+            {"source": f"fallback:{fallback.label}", "sha256": sha256_text(fallback.text)},
+        )
+    # Chat requests will fail in vLLM; recorded so the report can say why.
+    return TemplateChoice(None, {"source": "none", "sha256": ""})
+
+
+def template_files_dir(model: str) -> Path | None:
+    """A directory holding the model's template files, or None when they cannot be fetched.
+
+    A local directory is used as is. For a Hub id only the template files are downloaded (into
+    the same HF cache vLLM then uses); HF_HUB_OFFLINE and HF_TOKEN are honoured by the hub
+    library itself.
+    """
+    path = Path(model)
+    if path.is_dir():
+        return path
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, allow_patterns=list(MODEL_TEMPLATE_FILES)))
+    except Exception:  # any hub failure (offline, gated, missing) means "cannot know"
+        return None
+
+
+def resolve_for_model(
+    model: str, fallback: FallbackTemplate | None, *, extra_args: Sequence[str] = ()
+) -> TemplateChoice:
+    """``resolve_chat_template`` for a Hub id or a local directory."""
+    return resolve_chat_template(template_files_dir(model), fallback, extra_args=extra_args)
+
+
+def log_line(provenance: dict[str, str]) -> str:
+    """The parseable line the Modal container prints with its decision."""
+    return f"{LOG_MARKER} {json.dumps(provenance, sort_keys=True)}"
+
+
+def parse_log_line(text: str) -> dict[str, str] | None:
+    """The last decision printed in ``text`` (e.g. ``modal app logs`` output), if any."""
+    found: dict[str, str] | None = None
+    for line in text.splitlines():
+        _, marker, rest = line.partition(LOG_MARKER + " ")
+        if marker:
+            try:
+                data = json.loads(rest)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(data, dict):
+                found = {str(k): str(v) for k, v in data.items()}
+    return found
