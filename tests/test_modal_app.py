@@ -1,0 +1,505 @@
+"""The Modal app, built offline, and the parts of the Modal backend that need no network.
+
+There is no Modal emulator and no network here: the app is checked through the spec Modal
+builds locally (``Function.info()``, plus the few settings only kept on the private function
+object, read where modal 1.6.4 keeps them). The backend's network calls are replaced at their
+boundary: the Modal CLI by a small script, ``_web_url`` and the Dict read by functions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import modal
+import pytest
+from modal._image import LATEST_IMAGE_BUILDER_VERSION
+from modal._utils.async_utils import synchronizer
+from modal._utils.name_utils import is_valid_object_name
+from modal_proto import api_pb2
+
+from pytest_modal_eval.config import InfraConfig, VllmConfig
+from pytest_modal_eval.serving import modal_app
+from pytest_modal_eval.serving.chat_template import TEMPLATES_DIR, log_line
+from pytest_modal_eval.serving.modal_app import DeploySpec
+from pytest_modal_eval.serving.modal_backend import ModalServer
+from pytest_modal_eval.serving.types import ServerProfile, ServingError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_spec(
+    model: str = "Qwen/Qwen2.5-7B-Instruct",
+    *,
+    served: str = "qwen",
+    chat_template: str | None = "math",
+    infra: dict[str, Any] | None = None,
+    vllm: dict[str, Any] | None = None,
+) -> DeploySpec:
+    profile = ServerProfile(
+        "modal",
+        model,
+        InfraConfig.model_validate(infra or {}),
+        VllmConfig.model_validate(vllm or {}),
+        chat_template,
+    )
+    return DeploySpec.for_profile(profile, served)
+
+
+def private(fn: modal.Function[Any, Any, Any]) -> Any:
+    """The ``_Function`` behind the public wrapper (where modal keeps local-only settings)."""
+    return synchronizer._translate_in(fn)  # type: ignore[no-untyped-call]
+
+
+def closure(obj: Any) -> dict[str, Any]:
+    """The values a modal object's loader closes over: what it will send at deploy time."""
+    return dict(inspect.getclosurevars(obj._load).nonlocals)
+
+
+def image_commands(image: modal.Image) -> list[str]:
+    found: list[str] = []
+    values = closure(private(image))  # type: ignore[arg-type]
+    for base in values["base_images"].values():
+        found += image_commands(base)
+    if values["dockerfile_function"] is not None:
+        found += values["dockerfile_function"](LATEST_IMAGE_BUILDER_VERSION).commands
+    return found
+
+
+# -- the app definition --------------------------------------------------------------------
+
+CONFIGS = [
+    pytest.param({}, {}, id="defaults"),
+    pytest.param(
+        {
+            "gpu": "H100:2",
+            "timeout": 7200,
+            "scaledown_window": 60,
+            "max_concurrent_inputs": 32,
+            "startup_timeout": 900,
+        },
+        {"tensor_parallel_size": 2, "max_model_len": 32768, "enforce_eager": True},
+        id="h100x2",
+    ),
+    pytest.param({"gpu": "L4"}, {"prefix_caching": False, "dtype": "float16"}, id="l4"),
+]
+
+
+@pytest.mark.parametrize(("infra", "vllm"), CONFIGS)
+def test_function_spec(infra: dict[str, Any], vllm: dict[str, Any]) -> None:
+    spec = make_spec(infra=infra, vllm=vllm)
+    cfg = spec.profile.infra
+    built = modal_app.build(spec)
+    assert built.app.name == spec.app_name()
+    info = built.function.info()
+
+    kind, _, count = cfg.gpu.partition(":")
+    assert info.gpus == [(kind, int(count or 1))]
+    assert info.timeout == cfg.timeout
+    assert info.concurrency_info is not None
+    assert info.concurrency_info.max_inputs == cfg.max_concurrent_inputs
+    assert {path: v.name for path, v in info.volumes.items()} == {
+        "/root/.cache/huggingface": "huggingface-cache",
+        "/root/.cache/vllm": "vllm-cache",
+    }
+    assert info.secrets == [
+        "modal.Secret.from_name('huggingface')",
+        "modal.Secret.from_name('vllm-api-key')",
+        "Secret.from_dict([MODAL_EVAL_SPEC])",
+    ]
+    assert info.web_info is not None and info.web_info.unauthenticated is False
+
+    fn = private(built.function)
+    webhook = fn._webhook_config
+    assert webhook.type == api_pb2.WEBHOOK_TYPE_WEB_SERVER
+    assert webhook.web_server_port == 8000
+    assert webhook.web_server_startup_timeout == cfg.startup_timeout
+    assert webhook.requires_proxy_auth is True
+    assert closure(fn)["autoscaler_settings"].scaledown_window == cfg.scaledown_window
+
+    secrets = {repr(s): private(s) for s in fn._spec.secrets}
+    api_key = closure(secrets["modal.Secret.from_name('vllm-api-key')"])
+    assert api_key["required_keys"] == ["VLLM_API_KEY"]
+    # The spec travels to the container in the function's environment, exactly.
+    env = closure(secrets["Secret.from_dict([MODAL_EVAL_SPEC])"])["load_env_dict"]()
+    assert env == spec.to_env()
+    assert DeploySpec.from_env(env) == spec
+
+
+def test_image_pins_vllm() -> None:
+    commands = image_commands(modal_app.vllm_image())
+    assert commands[0].startswith("FROM python:3.12")
+    assert any(c.endswith(f"vllm=={modal_app.VLLM_VERSION}") for c in commands), commands
+
+
+def test_exact_container_command() -> None:
+    spec = make_spec(
+        infra={"gpu": "H100:2"},
+        vllm={"tensor_parallel_size": 2, "max_model_len": 8192, "extra_args": ["--seed", "1"]},
+    )
+    assert modal_app.container_command(spec, "/root/modal_eval_chat_template.jinja") == [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "Qwen/Qwen2.5-7B-Instruct",
+        "--served-model-name", "qwen",
+        "--host", "0.0.0.0",
+        "--port", "8000",
+        "--dtype", "auto",
+        "--gpu-memory-utilization", "0.9",
+        "--tensor-parallel-size", "2",
+        "--data-parallel-size", "1",
+        "--enable-prefix-caching",
+        "--max-model-len", "8192",
+        "--chat-template", "/root/modal_eval_chat_template.jinja",
+        "--seed", "1",
+    ]  # fmt: skip
+
+
+def test_container_reimport_rebuilds_the_same_app() -> None:
+    """What the container does: import the module with only MODAL_EVAL_SPEC to go on."""
+    spec = make_spec(infra={"gpu": "A100-40GB:4"}, vllm={"tensor_parallel_size": 4})
+    probe = (
+        "import json\n"
+        "from pytest_modal_eval.serving import modal_app as m\n"
+        "s = m.DeploySpec.from_env()\n"
+        "print(json.dumps({'app': m.app.name, 'gpus': m.build(s).function.info().gpus,"
+        " 'cmd': m.container_command(s, None)}))\n"
+    )
+    env = {**os.environ, **spec.to_env(), "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["app"] == spec.app_name()
+    assert seen["gpus"] == [["A100-40GB", 4]]
+    assert seen["cmd"][1:] == modal_app.container_command(spec, None)[1:]
+
+
+def test_module_without_a_spec_has_no_app() -> None:
+    # Importing for the plugin or tests must not build (or need) anything.
+    assert os.environ.get(modal_app.SPEC_ENV) is None
+    assert modal_app.app is None
+
+
+def test_serve_decides_the_template_then_starts_vllm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The container body, with its two outside effects (Popen, the Modal Dict) captured."""
+    model = tmp_path / "model"  # a model without a template of its own
+    model.mkdir()
+    (model / "tokenizer_config.json").write_text("{}")
+    spec = make_spec(str(model), chat_template="math")
+    template_path = tmp_path / "container_template.jinja"
+    started: list[list[str]] = []
+    published: list[tuple[str, dict[str, str]]] = []
+    monkeypatch.setenv(modal_app.SPEC_ENV, spec.to_env()[modal_app.SPEC_ENV])
+    monkeypatch.setattr(modal_app, "_CONTAINER_TEMPLATE_PATH", str(template_path))
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd: started.append(cmd))
+    monkeypatch.setattr(
+        modal_app, "_publish_provenance", lambda name, p: published.append((name, p))
+    )
+
+    modal_app.serve()
+
+    math = (TEMPLATES_DIR / "math.jinja").read_text()
+    assert template_path.read_text() == math
+    assert started == [modal_app.container_command(spec, str(template_path))]
+    provenance = published[0][1]
+    assert published == [(spec.app_name(), provenance)]
+    assert provenance["source"] == "fallback:math.jinja"
+    assert log_line(provenance) in capsys.readouterr().out
+
+
+# -- app names -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "Qwen/Qwen2.5-7B-Instruct",
+        "meta-llama/Llama-3.3-70B-Instruct-AWQ-INT4-with-a-very-long-repository-name",
+        "Org/UPPER_case.v1",
+        "org/___",
+        "plain",
+    ],
+)
+def test_app_names_fit_modal_and_dns(model: str) -> None:
+    name = make_spec(model).app_name()
+    assert is_valid_object_name(name)  # modal's own check: <= 64 chars of [A-Za-z0-9._-]
+    # Also a clean DNS label part: the URL is <workspace>--<app>-serve.modal.run, and "--"
+    # separates workspace from label there.
+    assert re.fullmatch(r"eval-[a-z0-9]+(-[a-z0-9]+)*", name), name
+    assert len(name) <= 40
+    assert make_spec(model).app_name() == name  # stable
+
+
+def test_app_names_change_with_what_the_server_depends_on(tmp_path: Path) -> None:
+    base = make_spec()
+    template = tmp_path / "t.jinja"
+    template.write_text("A")
+    with_a = make_spec(chat_template=str(template)).app_name()
+    template.write_text("B")  # same path, new text: must not reuse the old deployment
+    with_b = make_spec(chat_template=str(template)).app_name()
+    names = {
+        base.app_name(),
+        make_spec(served="other").app_name(),
+        make_spec(infra={"gpu": "H100"}).app_name(),
+        make_spec(vllm={"max_model_len": 4096}).app_name(),
+        with_a,
+        with_b,
+    }
+    assert len(names) == 6
+
+
+# -- the backend, offline ------------------------------------------------------------------
+
+PROXY_ENV = {
+    "MODAL_PROXY_TOKEN_ID": "wk-test",
+    "MODAL_PROXY_TOKEN_SECRET": "ws-test",
+    "VLLM_API_KEY": "key-test",
+}
+
+_NO_TOKEN_PROBE = """
+import time
+from pathlib import Path
+from pytest_modal_eval.config import InfraConfig, VllmConfig
+from pytest_modal_eval.serving.modal_backend import ModalServer
+from pytest_modal_eval.serving.types import ServerProfile, ServingError
+profile = ServerProfile(
+    "modal", "org/model", InfraConfig.model_validate({{}}), VllmConfig.model_validate({{}}), None
+)
+server = ModalServer(profile, logs_dir=Path({logs!r}))
+t = time.monotonic()
+try:
+    server.start()
+except ServingError as exc:
+    print(f"ELAPSED {{time.monotonic() - t}}")
+    print(exc)
+"""
+
+
+def test_missing_token_fails_fast_without_network(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "MODAL_PROFILE")
+    }
+    env.update(HOME=str(home), MODAL_CONFIG_PATH=str(home / ".modal.toml"), PYTHONPATH=str(REPO))
+    script = _NO_TOKEN_PROBE.format(logs=str(tmp_path / "logs"))
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    first, *message = result.stdout.splitlines()
+    assert float(first.removeprefix("ELAPSED ")) < 1.0
+    text = "\n".join(message)
+    for hint in ("modal token new", "--backend local", "--base-url"):
+        assert hint in text
+    assert not (tmp_path / "logs").exists()  # nothing was attempted
+
+
+@pytest.fixture
+def fake_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    # modal reads MODAL_TOKEN_* from the environment at each config lookup.
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-test")
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-test")
+
+
+@pytest.mark.usefixtures("fake_token")
+def test_local_directory_cannot_go_to_modal(tmp_path: Path) -> None:
+    spec = make_spec(str(tmp_path))
+    server = ModalServer(spec.profile, logs_dir=tmp_path / "logs", environ=PROXY_ENV)
+    with pytest.raises(ServingError, match="--backend local"):
+        server.start()
+
+
+@pytest.mark.usefixtures("fake_token")
+def test_missing_proxy_secrets_are_named(tmp_path: Path) -> None:
+    server = ModalServer(make_spec().profile, logs_dir=tmp_path, environ={"VLLM_API_KEY": "k"})
+    with pytest.raises(ServingError) as info:
+        server.start()
+    assert "MODAL_PROXY_TOKEN_ID, MODAL_PROXY_TOKEN_SECRET" in str(info.value)
+    assert "VLLM_API_KEY," not in str(info.value)
+
+
+@pytest.mark.usefixtures("fake_token")
+def test_settings_modal_rejects_fail_before_deploying(tmp_path: Path) -> None:
+    # InfraConfig accepts any positive scaledown_window; Modal allows 2..3600.
+    spec = make_spec(infra={"scaledown_window": 7200})
+    server = ModalServer(spec.profile, logs_dir=tmp_path, environ=PROXY_ENV)
+    with pytest.raises(ServingError, match="scaledown_window"):
+        server.start()
+
+
+# A stand-in for the `modal` CLI: records its calls, prints what the real one would.
+FAKE_CLI = """
+import json, os, sys
+with open(os.environ["FAKE_MODAL_RECORD"], "a") as fh:
+    fh.write(json.dumps({"argv": sys.argv[1:], "spec": os.environ.get("MODAL_EVAL_SPEC")}) + "\\n")
+if sys.argv[1] == "deploy":
+    if os.environ.get("FAKE_MODAL_DEPLOY") == "fail":
+        print("Building image im-123\\nError: Secret 'huggingface' not found")
+        sys.exit(1)
+    print("App deployed!")
+elif sys.argv[1:3] == ["app", "logs"]:
+    print("container says hello")
+    print(os.environ.get("FAKE_MODAL_LOG_LINE", ""))
+"""
+
+
+@pytest.fixture
+def fake_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_token: None
+) -> tuple[list[str], Path]:
+    script = tmp_path / "fake_modal.py"
+    script.write_text(FAKE_CLI)
+    record = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_MODAL_RECORD", str(record))
+    return [sys.executable, str(script)], record
+
+
+def calls(record: Path) -> list[dict[str, Any]]:
+    if not record.exists():
+        return []
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+def test_failed_deploy_reports_log_and_app_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_cli: tuple[list[str], Path]
+) -> None:
+    cli, record = fake_cli
+    monkeypatch.setenv("FAKE_MODAL_DEPLOY", "fail")
+    monkeypatch.setattr(ModalServer, "_web_url", lambda self, name: None)
+    spec = make_spec()
+    logs = tmp_path / "logs"
+    server = ModalServer(spec.profile, logs_dir=logs, environ=PROXY_ENV, modal_cli=cli,
+                         served_model_name="qwen")  # fmt: skip
+
+    with pytest.raises(ServingError) as info:
+        server.start()
+
+    name = spec.app_name()
+    message = str(info.value)
+    assert f"`modal deploy` of {name} failed (exit 1)" in message
+    assert str(logs / "modal_vllm.log") in message
+    assert "Secret 'huggingface' not found" in message  # the deploy output's tail
+    assert "container says hello" in message  # and the app's own logs
+    made = calls(record)
+    assert made[0]["argv"] == ["deploy", "-m", modal_app.__name__, "--name", name]
+    assert made[0]["spec"] == spec.to_env()[modal_app.SPEC_ENV]
+    assert made[1]["argv"] == ["app", "logs", name, "--tail", "200"]
+
+
+class FakeVllm:
+    """A stand-in for vLLM at a Modal URL: answers /v1/models, records request headers."""
+
+    def __init__(self, served: str) -> None:
+        seen: list[dict[str, str]] = []
+        self.seen = seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(dict(self.headers))
+                body = json.dumps({"object": "list", "data": [{"id": served}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeVllm:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def fake_vllm() -> Iterator[FakeVllm]:
+    with FakeVllm("qwen") as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("already_deployed", "keep", "stops_app"),
+    [(False, False, True), (False, True, False), (True, False, False)],
+    ids=["deploys-and-stops", "keep-deployment", "reuses-and-leaves-it"],
+)
+def test_start_through_the_proxy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_cli: tuple[list[str], Path],
+    fake_vllm: FakeVllm,
+    already_deployed: bool,
+    keep: bool,
+    stops_app: bool,
+) -> None:
+    cli, record = fake_cli
+    provenance = {"source": "model:tokenizer_config.json", "sha256": "ab" * 32}
+    monkeypatch.setenv("FAKE_MODAL_LOG_LINE", log_line(provenance))
+    deployed = [already_deployed]
+
+    def web_url(self: ModalServer, name: str) -> str | None:
+        return fake_vllm.url if deployed[0] or calls(record) else None
+
+    def dict_unreadable(self: ModalServer, name: str) -> object:
+        raise ConnectionError("no Modal here")
+
+    monkeypatch.setattr(ModalServer, "_web_url", web_url)
+    monkeypatch.setattr(ModalServer, "_read_template_dict", dict_unreadable)
+    spec = make_spec()
+    server = ModalServer(
+        spec.profile,
+        logs_dir=tmp_path / "logs",
+        environ=PROXY_ENV,
+        modal_cli=cli,
+        keep_deployment=keep,
+        served_model_name="qwen",
+        proxy_options={"max_attempts": 2},
+    )
+
+    endpoint = server.start()
+    try:
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", endpoint.base_url)
+        assert endpoint.model == "qwen"
+        assert endpoint.headers == {}  # secrets stay in the proxy
+        assert endpoint.chat_template == provenance  # read back from the container's log line
+        assert server.start() is endpoint
+        response = httpx.get(f"{endpoint.base_url}/models", trust_env=False)
+        assert response.json()["data"][0]["id"] == "qwen"
+        upstream = {k.lower(): v for k, v in fake_vllm.seen[-1].items()}
+        assert upstream["modal-key"] == "wk-test"
+        assert upstream["modal-secret"] == "ws-test"
+        assert upstream["authorization"] == "Bearer key-test"
+    finally:
+        server.stop()
+    server.stop()  # idempotent
+
+    name = spec.app_name()
+    argvs = [c["argv"] for c in calls(record)]
+    assert (["deploy", "-m", modal_app.__name__, "--name", name] in argvs) is not already_deployed
+    assert (["app", "stop", name, "--yes"] in argvs) is stops_app
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{endpoint.base_url}/models", trust_env=False)  # the proxy is gone
