@@ -79,6 +79,8 @@ class EndpointInfo:
     chat_template: dict[str, str] = field(default_factory=dict)
     identity: str | None = None  # part of the resume key (the endpoint URL for `endpoint`)
     check_timeout: float = 15.0
+    server_logs: str | None = None  # directory of the server's logs, linked into each run
+    proxied: bool = False  # behind our proxy: requests may route their log line per run
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -101,6 +103,10 @@ def endpoint_info_for_existing(request: ServerRequest) -> EndpointInfo:
     )
 
 
+class ServerStartError(RuntimeError):
+    """The server for a profile could not be started; the message says why and where to look."""
+
+
 class Deployments:
     """Starts and remembers one server per profile; stops them all at the end."""
 
@@ -108,6 +114,7 @@ class Deployments:
         self.settings = settings
         self.logs_dir = logs_dir
         self._servers: dict[str, tuple[Any, EndpointInfo]] = {}
+        self._failures: dict[str, str] = {}  # a profile that failed to start is not retried
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self.started: list[str] = []  # profile keys, in start order (tests count these)
@@ -121,8 +128,15 @@ class Deployments:
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
+            if key in self._failures:
+                raise ServerStartError(self._failures[key])
             if key not in self._servers:
-                server, info = start_server(request, self.settings, self.logs_dir)
+                try:
+                    server, info = start_server(request, self.settings, self.logs_dir)
+                except Exception as exc:
+                    # Every benchmark on this profile would wait out the same failure again.
+                    self._failures[key] = str(exc)
+                    raise ServerStartError(str(exc)) from None
                 self._servers[key] = (server, info)
                 self.started.append(key)
             return self._servers[key][1]
@@ -216,7 +230,7 @@ class BrokerClient:
                 timeout=None,
             )
             if response.status_code != 200:
-                raise RuntimeError(response.json().get("error", response.text))
+                raise ServerStartError(response.json().get("error", response.text))
             self._cache[key] = EndpointInfo.from_json(response.json())
         return self._cache[key]
 

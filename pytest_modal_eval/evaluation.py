@@ -83,6 +83,8 @@ class RunRequest:
     server: dict[str, Any] = field(default_factory=dict)  # server profile, for the record
     chat_template: dict[str, str] | None = None
     endpoint_identity: str | None = None
+    server_logs: Path | None = None  # the shared server's log directory
+    proxied: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     else:
         run_id, run_dir = prior.run_id, prior.run_dir
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    _link_server_logs(request.server_logs, run_dir / "logs")
     checkpoint = Checkpoint(run_dir)
     states = load_states(checkpoint, rollouts)
     selected_ids = [int(row["example_id"]) for row in rows]
@@ -273,7 +276,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     try:
         if todo:
             with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
-                _run_grouped(env, todo, request, sampling, handle, should_stop)
+                _run_grouped(run_dir, env, todo, request, sampling, handle, should_stop)
     finally:
         checkpoint.close()
         checkpoint.write_meta(
@@ -293,12 +296,23 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     return outcome
 
 
+def _link_server_logs(server_logs: Path | None, run_logs: Path) -> None:
+    """Make the shared server's logs (vllm.log, modal_vllm.log) visible from the run."""
+    if server_logs is None or not server_logs.is_dir():
+        return
+    for name in ("vllm.log", "modal_vllm.log"):
+        target, link = server_logs / name, run_logs / name
+        if target.exists() and not link.exists():
+            link.symlink_to(target.resolve())
+
+
 def _pending_row(row: dict[str, Any], state: ExampleState | None, rollouts: int) -> dict[str, Any]:
     missing = rollouts - (len(state.rewards) if state else 0)
     return {**row, "_missing": missing}
 
 
 def _run_grouped(
+    run_dir: Path,
     env: Any,
     todo: list[dict[str, Any]],
     request: RunRequest,
@@ -307,6 +321,10 @@ def _run_grouped(
     should_stop: Callable[[], str | None],
 ) -> None:
     config = request.benchmark.config
+    log_route = None
+    if request.proxied:
+        # Our proxy writes this request's line to the run's own proxy.log.
+        log_route = {"X-Modal-Eval-Log": str(run_dir.resolve() / "logs" / "proxy.log")}
     # Examples missing different numbers of rollouts run as separate batches, so each
     # verifiers group is exactly the rollouts still missing.
     by_missing: dict[int, list[dict[str, Any]]] = {}
@@ -326,6 +344,7 @@ def _run_grouped(
                 max_retries=config.eval.max_retries,
                 on_example=handle,
                 should_stop=should_stop,
+                extra_headers=log_route,
             )
         )
 

@@ -7,13 +7,19 @@ suite nothing at start-up (this module pulls in verifiers, scipy and syrupy).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_modal_eval import adapter
 from pytest_modal_eval.baseline import Baseline, BaselineError, check_baseline
-from pytest_modal_eval.deployments import EndpointInfo, ServerRequest, endpoint_source
+from pytest_modal_eval.deployments import (
+    EndpointInfo,
+    ServerRequest,
+    ServerStartError,
+    endpoint_source,
+)
 from pytest_modal_eval.endpoint_check import EndpointError
 from pytest_modal_eval.evaluation import ExampleResult, RunOutcome, RunRequest, run_benchmark
 from pytest_modal_eval.gate import describe_comparison, describe_score, judge
@@ -41,7 +47,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     try:
         info = endpoint_source(session.config).endpoint_for(request)
         session.checker.check(info.endpoint, timeout=info.check_timeout)
-    except (EndpointError, RuntimeError) as exc:
+    except (EndpointError, ServerStartError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     item.stash[ENDPOINT_KEY] = info
 
@@ -80,6 +86,8 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
         server=info.profile,
         chat_template=info.chat_template or None,
         endpoint_identity=info.identity,
+        server_logs=Path(info.server_logs) if info.server_logs else None,
+        proxied=info.proxied,
     )
     try:
         outcome = run_benchmark(run_request, on_example)
