@@ -202,6 +202,9 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
 
     consecutive_errors = 0
     start_time = datetime.now(UTC).isoformat()
+
+    def meta() -> dict[str, Any]:
+        return _meta(run_id, config.env_id, request.model, rollouts, states, total, start_time)
     progress_step = max(1, int(total * PROGRESS_STEP))
     next_progress = done + progress_step
 
@@ -242,9 +245,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
         else:
             rewards = []
             consecutive_errors += 1
-        checkpoint.write_meta(
-            _meta(run_id, config.env_id, request.model, rollouts, states, total, start_time)
-        )
+        checkpoint.write_meta(meta)
         on_example(
             ExampleResult(
                 example_id,
@@ -279,10 +280,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
                 _run_grouped(run_dir, env, todo, request, sampling, handle, should_stop)
     finally:
         checkpoint.close()
-        checkpoint.write_meta(
-            _meta(run_id, config.env_id, request.model, rollouts, states, total, start_time),
-            force=True,
-        )
+        checkpoint.write_meta(meta, force=True)
 
     outcome = _summarise(run_dir, run_id, selected_ids, states, rollouts, started)
     outcome.resumed_examples = finished_before

@@ -47,9 +47,25 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[DEPLOYMENTS_KEY] = deployments
         config.stash[SOURCE_KEY] = deployments
     if workerinput is None:
+        if settings.backend == "modal" and settings.model and not config.option.collectonly:
+            _check_modal_credentials()
         config.pluginmanager.register(SummaryCollector(), "modal_eval_summary")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
+
+
+def _check_modal_credentials() -> None:
+    """Fail before collection, without network, when Modal cannot be used from here."""
+    import os
+
+    from pytest_modal_eval.serving.modal_backend import check_modal_token, upstream_headers
+    from pytest_modal_eval.serving.types import ServingError
+
+    try:
+        check_modal_token()
+        upstream_headers(os.environ)
+    except ServingError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

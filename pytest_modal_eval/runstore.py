@@ -16,7 +16,7 @@ import os
 import secrets
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -146,10 +146,11 @@ class Checkpoint:
             os.fsync(self._handle.fileno())  # survive power loss, not just a killed process
             self._since_sync = 0
 
-    def write_meta(self, meta: dict[str, Any], force: bool = False) -> None:
+    def write_meta(self, meta: Callable[[], dict[str, Any]], force: bool = False) -> None:
+        """Replace checkpoint_meta.json at most once a second (``meta`` is built only then)."""
         now = time.monotonic()
         if force or now - self._last_meta >= META_MIN_INTERVAL_S:
-            write_json_atomic(self.meta_path, meta)
+            write_json_atomic(self.meta_path, meta())
             self._last_meta = now
 
     def close(self) -> None:
