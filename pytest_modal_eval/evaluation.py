@@ -205,6 +205,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
 
     def meta() -> dict[str, Any]:
         return _meta(run_id, config.env_id, request.model, rollouts, states, total, start_time)
+
     progress_step = max(1, int(total * PROGRESS_STEP))
     next_progress = done + progress_step
 
@@ -430,6 +431,7 @@ def _metadata(request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]
         "stderr": _finite(summary.stderr) if summary else None,
         "ci": [_finite(summary.ci_low), _finite(summary.ci_high)] if summary else None,
         "ci_level": 0.95,
+        "ci_method": summary.interval if summary else None,
         "n_evaluated": summary.n_examples if summary else 0,
         "errors": len(outcome.errored),
         "errored_example_ids": sorted(outcome.errored),

@@ -31,7 +31,8 @@ def describe_score(outcome: RunOutcome) -> str:
     s = outcome.summary
     if s is None:
         return "no example evaluated"
-    return f"{fmt(s.mean)} ± {fmt(s.stderr)} (95% CI [{fmt(s.ci_low)}, {fmt(s.ci_high)}])"
+    method = ", Wilson" if s.interval == "wilson" else ""
+    return f"{fmt(s.mean)} ± {fmt(s.stderr)} (95% CI [{fmt(s.ci_low)}, {fmt(s.ci_high)}]{method})"
 
 
 def describe_comparison(c: PairedComparison) -> list[str]:

@@ -85,6 +85,7 @@ class RewardSummary:
     n_examples: int
     n_rollouts: int
     rollouts_per_example: int
+    interval: str = "t"  # "t", or "wilson" for single 0/1 rollouts
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict; undefined (NaN) figures become ``None``."""
@@ -107,7 +108,9 @@ def summarize(
     design this is exactly the CR1 cluster-robust standard error of the mean (examples as
     clusters); extra rollouts still help by making each example's mean less noisy.
 
-    The interval is a t interval with n-1 degrees of freedom around ``mean``. It is *not* clipped
+    When every example has one rollout scored 0 or 1, the interval is the Wilson score interval
+    of the proportion (``interval == "wilson"``). Otherwise it is a t interval with n-1 degrees
+    of freedom around ``mean``. The t interval is *not* clipped
     to the observed rewards: the observed range is itself a sample statistic, and the true mean can
     lie outside it (all ten examples solved does not make 1.0 the only plausible accuracy). Pass
     ``bounds`` -- the range rewards can take *by construction*, e.g. ``(0.0, 1.0)`` -- to clip to
@@ -132,7 +135,16 @@ def summarize(
     n = len(means)
     mean = float(np.mean(means))
 
-    if n == 1:
+    interval = "t"
+    if all(c == 1 for c in counts) and _is_binary(means):
+        # Pass/fail per example: the Wilson score interval keeps its coverage near 0 and 1,
+        # where a t interval collapses (200 of 200 solved is not certainty of 1.0).
+        interval = "wilson"
+        successes = int(means.sum())
+        stderr = float(stats.sem(means, ddof=1)) if n > 1 else math.nan
+        ci = stats.binomtest(successes, n).proportion_ci(confidence, method="wilson")
+        ci_low, ci_high = float(ci.low), float(ci.high)
+    elif n == 1:
         stderr = ci_low = ci_high = math.nan
     elif _is_constant(means):
         stderr, ci_low, ci_high = 0.0, mean, mean
@@ -152,6 +164,7 @@ def summarize(
         n_examples=n,
         n_rollouts=sum(counts),
         rollouts_per_example=max(counts),
+        interval=interval,
     )
 
 

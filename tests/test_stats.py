@@ -11,6 +11,7 @@ import pytest
 from scipy import stats as sps
 from statsmodels.regression.linear_model import OLS
 from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
 from pytest_modal_eval.stats import (
@@ -67,9 +68,25 @@ def test_summarize_random_matches_cluster_robust_ols(seed: int) -> None:
     assert s.mean == pytest.approx(fit.params[0], rel=1e-12, abs=1e-12)
     assert s.stderr == pytest.approx(fit.bse[0], rel=1e-9)
 
-    ref = DescrStatsW(_means(data))
-    assert (s.ci_low, s.ci_high) == pytest.approx(ref.tconfint_mean(alpha=1 - confidence))
+    if r == 1 and seed % 2:
+        # Single pass/fail rollouts: the Wilson score interval of the proportion.
+        successes = int(sum(v[0] for v in data.values()))
+        expected = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
+        assert s.interval == "wilson"
+    else:
+        expected = DescrStatsW(_means(data)).tconfint_mean(alpha=1 - confidence)
+        assert s.interval == "t"
+    assert (s.ci_low, s.ci_high) == pytest.approx(expected)
     assert (s.n_examples, s.n_rollouts, s.rollouts_per_example) == (n, n * r, r)
+
+
+@pytest.mark.parametrize(("solved", "n"), [(200, 200), (0, 50), (1, 1), (37, 40)])
+def test_binary_single_rollout_interval_is_wilson_and_never_collapses(solved: int, n: int) -> None:
+    data = {str(i): [1.0 if i < solved else 0.0] for i in range(n)}
+    s = summarize(data)
+    low, high = proportion_confint(solved, n, alpha=0.05, method="wilson")
+    assert (s.ci_low, s.ci_high) == pytest.approx((low, high))
+    assert s.ci_low < s.ci_high  # all solved still leaves room below 1.0
 
 
 def test_summarize_weighs_examples_equally_with_unbalanced_rollouts() -> None:
@@ -131,7 +148,7 @@ def test_summarize_all_equal_rewards_has_zero_width_interval() -> None:
 
 
 def test_summarize_bounds_clip_only_when_given() -> None:
-    data = {str(i): [1.0] for i in range(19)} | {"19": [0.0]}
+    data = {str(i): [1.0, 1.0] for i in range(19)} | {"19": [0.0, 0.0]}
     unclipped = summarize(data)
     assert unclipped.ci_high > 1.0  # a t interval ignores the reward scale
     clipped = summarize(data, bounds=(0.0, 1.0))
