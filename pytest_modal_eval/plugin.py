@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pytest_modal_eval import fixtures
 from pytest_modal_eval.deployments import (
     BROKER_INPUT_KEY,
     DEPLOYMENTS_KEY,
@@ -38,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = resolve_settings(config)
     config.stash[SESSION_KEY] = EvalSession(config, settings)
     config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
+    config.pluginmanager.register(fixtures, "modal_eval_fixtures")
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is not None and BROKER_INPUT_KEY in workerinput:
         url, token = workerinput[BROKER_INPUT_KEY]

@@ -371,3 +371,26 @@ def test_xdist_two_benchmarks(project: BenchmarkProject) -> None:
     out = result.stdout.str()
     assert out.count("evaluation summary") == 1
     result.stdout.fnmatch_lines(["alpha*PASS*", "beta*PASS*"])
+
+
+def test_eval_endpoint_fixture_serves_users_own_tests(project: BenchmarkProject) -> None:
+    project.add("alpha")
+    project.pytester.makepyfile(
+        test_mine="""
+        import httpx
+
+        def test_chat(eval_endpoint):
+            endpoint = eval_endpoint("evals/alpha.yaml")
+            assert endpoint.model == "test-model"
+            reply = httpx.post(
+                endpoint.base_url + "/chat/completions",
+                json={"model": endpoint.model,
+                      "messages": [{"role": "user", "content": "What is 2 + 3?"}]},
+                headers=dict(endpoint.headers),
+            ).json()
+            assert "\\\\boxed{5}" in reply["choices"][0]["message"]["content"]
+            assert eval_endpoint() == endpoint  # same profile, same deployment
+        """
+    )
+    result = project.run("test_mine.py")
+    result.assert_outcomes(passed=1)

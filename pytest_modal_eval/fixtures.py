@@ -1,0 +1,49 @@
+"""Fixtures for users' own Python evaluation tests, against the session's deployment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.adapter import Endpoint
+
+
+@pytest.fixture(scope="session")
+def eval_endpoint(pytestconfig: pytest.Config) -> Callable[..., Endpoint]:
+    """Return ``get(benchmark=None) -> Endpoint`` for the session's ``--model``.
+
+    The endpoint is the one the benchmark items use: the same deployment for the same server
+    profile (backend, model, infra, vllm, chat template), started on first use. ``benchmark``
+    is a benchmark YAML whose profile to use; by default the packaged defaults. Example::
+
+        def test_greeting(eval_endpoint):
+            endpoint = eval_endpoint("evals/gsm8k.yaml")
+            client = openai.OpenAI(base_url=endpoint.base_url, api_key="unused",
+                                   default_headers=dict(endpoint.headers))
+            reply = client.chat.completions.create(model=endpoint.model, messages=[...])
+    """
+    from pytest_modal_eval.config import BenchmarkConfig
+    from pytest_modal_eval.deployments import ServerRequest, endpoint_source
+    from pytest_modal_eval.items import SESSION_KEY
+    from pytest_modal_eval.loader import Benchmark, load_benchmark
+
+    session = pytestconfig.stash[SESSION_KEY]
+
+    def get(benchmark: str | Path | None = None) -> Endpoint:
+        settings = session.settings
+        if not settings.model:
+            pytest.fail("eval_endpoint needs --model ORG/NAME", pytrace=False)
+        if benchmark is None:
+            bench = Benchmark(Path("defaults.yaml"), BenchmarkConfig(env_id="custom"))
+        else:
+            bench = load_benchmark(Path(benchmark), list(settings.overrides))
+        info = endpoint_source(pytestconfig).endpoint_for(
+            ServerRequest.for_benchmark(settings, bench)
+        )
+        return info.endpoint
+
+    return get
