@@ -165,6 +165,10 @@ def project(
     # Keep the user's environment out of the runs under test.
     for var in ("MODAL_EVAL_OUTPUT_DIR", "MODAL_EVAL_VLLM_PYTHON", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
+    # When this suite itself runs under xdist, inner runs must not look like xdist workers
+    # (syrupy, for one, then prints no snapshot summary).
+    for var in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(var, raising=False)
     return BenchmarkProject(pytester, fake_server)
 
 
