@@ -153,11 +153,10 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     )
     answer_hash = canonical_hash(fields)
     slug = model_slug(request.model)
-    index = RunIndex(
-        request.cache,
-        f"{request.benchmark.name}-{canonical_hash([request.index_key, request.model], 8)}",
-        request.output_dir / f"{request.benchmark.name}--{slug}",
-    )
+    benchmark_dir = request.output_dir / f"{request.benchmark.name}--{slug}"
+    # Keyed by output directory too: runs written elsewhere are not continued here.
+    item_key = canonical_hash([request.index_key, request.model, str(benchmark_dir)], 8)
+    index = RunIndex(request.cache, f"{request.benchmark.name}-{item_key}", benchmark_dir)
     prior = None if request.fresh else index.find(answer_hash)
     note = None
     if prior is None:
@@ -261,9 +260,10 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
 
     def should_stop() -> str | None:
         if consecutive_errors >= ABORT_AFTER_CONSECUTIVE_ERRORS and counted == 0:
+            first = next(e for state in states.values() for e in state.errors.values())
             return (
                 f"the first {consecutive_errors} examples all failed to evaluate "
-                f"({next(iter(states[i].errors.values()) for i in states if states[i].errors)}); "
+                f"(e.g. {first}); "
                 f"the endpoint {request.endpoint.base_url} looks down. Finished work is kept "
                 f"in {run_dir}; re-run to continue."
             )

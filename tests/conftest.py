@@ -43,6 +43,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "fail_status": 500,
     "delay": 0.0,
     "salt_per_rollout": False,
+    "require_key": None,
 }
 
 

@@ -394,3 +394,42 @@ def test_eval_endpoint_fixture_serves_users_own_tests(project: BenchmarkProject)
     )
     result = project.run("test_mine.py")
     result.assert_outcomes(passed=1)
+
+
+def test_api_key_comes_from_the_named_variable_only(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.add("alpha", n=4)
+    project.server.configure(require_key="sk-right")
+    result = project.run()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*refused the credentials (HTTP 401*$OPENAI_API_KEY*"])
+    monkeypatch.setenv("MY_EVAL_KEY", "sk-right")
+    project.run("--api-key-env", "MY_EVAL_KEY").assert_outcomes(passed=1)
+    assert project.server.stats()["completed_requests"] == 4
+    for path in (project.pytester.path / "outputs").rglob("*"):
+        if path.is_file():
+            assert "sk-right" not in path.read_text(errors="replace")
+
+
+def test_endpoint_going_down_mid_run_aborts_once(project: BenchmarkProject) -> None:
+    project.add("alpha", n=200, extra_yaml="eval: {max_concurrent: 4, max_retries: 0}\n")
+    project.server.configure(fail_rate=1.0)
+    result = project.run()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*the first * examples all failed to evaluate (e.g. ModelError*)*looks down*re-run*"]
+    )
+    # It stopped early instead of sending every remaining request.
+    assert project.server.stats()["chat_requests"] < 40
+
+
+def test_output_dir_from_the_environment(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.add("alpha", n=3)
+    monkeypatch.setenv("MODAL_EVAL_OUTPUT_DIR", str(project.pytester.path / "elsewhere"))
+    project.run().assert_outcomes(passed=1)
+    assert list((project.pytester.path / "elsewhere").glob("alpha--*/*/results.jsonl"))
+    project.run("--eval-output-dir", "third").assert_outcomes(passed=1)
+    assert list((project.pytester.path / "third").glob("alpha--*/*/results.jsonl"))

@@ -39,6 +39,7 @@ class FakeModel:
             "fail_status": 500,
             "delay": 0.0,
             "salt_per_rollout": False,
+            "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
         }
         self.answers = answers
         self.stats: Counter[str] = Counter()
@@ -55,12 +56,23 @@ class FakeModel:
         digest = hashlib.sha256("\x00".join(parts).encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
 
+    def unauthorized(self, request: web.Request) -> web.Response | None:
+        key = self.settings["require_key"]
+        if key and request.headers.get("Authorization") != f"Bearer {key}":
+            self.stats["unauthorized"] += 1
+            return web.json_response({"error": {"message": "bad key"}}, status=401)
+        return None
+
     async def models(self, request: web.Request) -> web.Response:
+        if (refused := self.unauthorized(request)) is not None:
+            return refused
         return web.json_response(
             {"object": "list", "data": [{"id": self.settings["model"], "object": "model"}]}
         )
 
     async def chat(self, request: web.Request) -> web.Response:
+        if (refused := self.unauthorized(request)) is not None:
+            return refused
         body = await request.json()
         self.stats["chat_requests"] += 1
         if body.get("model") != self.settings["model"]:
