@@ -59,16 +59,18 @@ def verifiers_log_to(path: Path) -> Any:
     previous = logger.propagate, logger.handlers[:]
     logger.handlers = [handler]
     logger.propagate = False
-    # httpx logs every request at INFO: noise next to the progress lines.
-    client_log = logging.getLogger("httpx")
-    client_level = client_log.level
-    client_log.setLevel(max(client_level, logging.WARNING))
+    # HTTP clients log every request at INFO: noise next to the progress lines.
+    client_logs = [logging.getLogger(name) for name in ("httpx", "httpx2")]
+    client_levels = [client.level for client in client_logs]
+    for client in client_logs:
+        client.setLevel(max(client.level, logging.WARNING))
     try:
         yield
     finally:
         logger.propagate, logger.handlers = previous
         handler.close()
-        client_log.setLevel(client_level)
+        for client, level in zip(client_logs, client_levels, strict=True):
+            client.setLevel(level)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ def eval_endpoint(pytestconfig: pytest.Config) -> Callable[..., Endpoint]:
         if not settings.model:
             pytest.fail("eval_endpoint needs --model ORG/NAME", pytrace=False)
         if benchmark is None:
-            bench = Benchmark(Path("defaults.yaml"), BenchmarkConfig(env_id="custom"))
+            defaults = BenchmarkConfig.model_validate({"env_id": "custom"})
+            bench = Benchmark(Path("defaults.yaml"), defaults)
         else:
             bench = load_benchmark(Path(benchmark), list(settings.overrides))
         info = endpoint_source(pytestconfig).endpoint_for(

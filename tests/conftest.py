@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.openai_server import DEFAULT_SETTINGS
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -34,17 +36,6 @@ def _preload_evaluation_stack() -> None:
 
 
 _preload_evaluation_stack()
-
-DEFAULT_SETTINGS: dict[str, Any] = {
-    "model": "test-model",
-    "accuracy": 1.0,
-    "salt": "",
-    "fail_rate": 0.0,
-    "fail_status": 500,
-    "delay": 0.0,
-    "salt_per_rollout": False,
-    "require_key": None,
-}
 
 
 class FakeServer:

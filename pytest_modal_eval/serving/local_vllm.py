@@ -25,12 +25,17 @@ from pathlib import Path
 import httpx
 
 from pytest_modal_eval.serving.chat_template import load_fallback, resolve_for_model
-from pytest_modal_eval.serving.types import Endpoint, ServerProfile, ServingError
+from pytest_modal_eval.serving.types import (
+    LOG_TAIL_LINES,
+    Endpoint,
+    ServerProfile,
+    ServingError,
+    log_tail,
+)
 from pytest_modal_eval.serving.vllm_command import vllm_args, vllm_command
 
 LOG_NAME = "vllm.log"
 TEMPLATE_NAME = "chat_template.jinja"
-LOG_TAIL_LINES = 40
 BIND_ATTEMPTS = 3  # a free port can be taken between choosing it and vLLM binding it
 STOP_GRACE_S = 10.0  # vLLM's own graceful shutdown takes a few seconds
 _POLL_S = 0.5
@@ -122,13 +127,6 @@ def group_members(pgid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             found.append(int(entry.name))
     return found
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 class LocalVllmServer:
@@ -305,7 +303,7 @@ class LocalVllmServer:
     def _failure(self, what: str) -> ServingError:
         return ServingError(
             f"{what}.\nLog: {self.log_path}\n"
-            f"--- last {LOG_TAIL_LINES} lines ---\n{_tail(self.log_path)}\n---\n"
+            f"--- last {LOG_TAIL_LINES} lines ---\n{log_tail(self.log_path)}\n---\n"
             f"Check: that {self.python} has vLLM, that --model {self.profile.model} exists "
             f"(a directory, or a Hub id that is cached or reachable), and the vllm.* settings."
         )

@@ -27,14 +27,19 @@ import pytest_modal_eval
 from pytest_modal_eval.serving import modal_app
 from pytest_modal_eval.serving.chat_template import parse_log_line
 from pytest_modal_eval.serving.modal_app import DeploySpec
-from pytest_modal_eval.serving.types import Endpoint, ServerProfile, ServingError
+from pytest_modal_eval.serving.types import (
+    LOG_TAIL_LINES,
+    Endpoint,
+    ServerProfile,
+    ServingError,
+    log_tail,
+)
 
 if TYPE_CHECKING:
     from pytest_modal_eval.proxy import ProxyThread
 
 LOG_NAME = "modal_vllm.log"
 PROXY_LOG_NAME = "proxy.log"
-LOG_TAIL_LINES = 40
 APP_LOG_ENTRIES = 200
 
 #: env var -> (header, value template). The same names the proxy's CLI reads.
@@ -81,13 +86,6 @@ def upstream_headers(environ: Mapping[str, str]) -> dict[str, str]:
         header: template.format(environ[name].strip())
         for name, (header, template) in SECRET_HEADERS.items()
     }
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 class ModalServer:
@@ -296,7 +294,7 @@ class ModalServer:
         self._run_cli(["app", "logs", name, "--tail", str(APP_LOG_ENTRIES)], timeout=60)
         return ServingError(
             f"{what}.\nLog: {self.log_path} (deploy output and `modal app logs {name}`)\n"
-            f"--- last {LOG_TAIL_LINES} lines ---\n{_tail(self.log_path)}\n---\n"
+            f"--- last {LOG_TAIL_LINES} lines ---\n{log_tail(self.log_path)}\n---\n"
             f"Check: the Modal secrets {modal_app.HF_SECRET!r} and {modal_app.API_KEY_SECRET!r} "
             f"exist (`modal secret list`), the GPU type {self.profile.infra.gpu!r}, and that "
             f"the model id {self.profile.model!r} is right."

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 from pytest_modal_eval.config import InfraConfig, VllmConfig
@@ -24,6 +25,18 @@ class ServingError(Exception):
     The message is shown to the user as is: it says what failed, where the log is and what to
     check, so callers should not wrap it in a traceback.
     """
+
+
+#: How much of a server log a startup failure shows.
+LOG_TAIL_LINES = 40
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a server log, for error messages."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def canonical_json(value: object) -> str:

@@ -29,18 +29,22 @@ from aiohttp import web
 ARITHMETIC = re.compile(r"What is (-?\d+) \+ (-?\d+)\?")
 
 
+#: Settings a fresh server starts with (and the tests reset to).
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "model": "test-model",
+    "accuracy": 1.0,
+    "salt": "",
+    "fail_rate": 0.0,
+    "fail_status": 500,
+    "delay": 0.0,
+    "salt_per_rollout": False,
+    "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
+}
+
+
 class FakeModel:
     def __init__(self, model: str, answers: dict[str, str]) -> None:
-        self.settings: dict[str, Any] = {
-            "model": model,
-            "accuracy": 1.0,
-            "salt": "",
-            "fail_rate": 0.0,
-            "fail_status": 500,
-            "delay": 0.0,
-            "salt_per_rollout": False,
-            "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
-        }
+        self.settings: dict[str, Any] = {**DEFAULT_SETTINGS, "model": model}
         self.answers = answers
         self.stats: Counter[str] = Counter()
         self.by_question: Counter[str] = Counter()
