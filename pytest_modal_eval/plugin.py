@@ -37,6 +37,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Builds the per-process plugin objects; on a worker, connects to the controller's broker."""
     settings = resolve_settings(config)
+    _check_path_options(config)
     config.stash[SESSION_KEY] = EvalSession(config, settings)
     config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
@@ -54,6 +55,27 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(SummaryCollector(), "modal_eval_summary")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
+
+
+def _check_path_options(config: pytest.Config) -> None:
+    """Catch ``--model /abs/dir`` written with a space: pytest took the path as a test path.
+
+    pytest picks its rootdir (and ini file) from the command line's paths before plugins
+    register their options, so a path value given as a separate word moves the rootdir away
+    from the project and nothing is collected. ``--model=/abs/dir`` is unambiguous.
+    """
+    args = list(config.invocation_params.args)
+    here = Path(config.invocation_params.dir)
+    for flag in ("--model", "--vllm-python", "--eval-output-dir"):
+        if flag not in args[:-1]:
+            continue
+        value = Path(args[args.index(flag) + 1]).expanduser()
+        if value.is_absolute() and value.exists() and not value.is_relative_to(here):
+            raise pytest.UsageError(
+                f"{flag} {value}: pytest also reads a path given as a separate word as a test "
+                f"path, and chooses its rootdir from it (now {config.rootpath}). Write "
+                f"{flag}={value} instead."
+            )
 
 
 def _check_modal_credentials() -> None:

@@ -433,3 +433,13 @@ def test_output_dir_from_the_environment(
     assert list((project.pytester.path / "elsewhere").glob("alpha--*/*/results.jsonl"))
     project.run("--eval-output-dir", "third").assert_outcomes(passed=1)
     assert list((project.pytester.path / "third").glob("alpha--*/*/results.jsonl"))
+
+
+def test_absolute_path_option_with_a_space_is_a_usage_error(
+    project: BenchmarkProject, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    project.add("alpha")
+    model_dir = tmp_path_factory.mktemp("model")
+    result = project.pytester.runpytest("--model", str(model_dir), "--backend", "local")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"Write --model={model_dir} instead" in result.stderr.str()
