@@ -13,7 +13,6 @@ setproctitle, which overwrites the memory ``/proc/PID/environ`` shows.)
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -28,13 +27,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from filelock import FileLock
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pytest_modal_eval.config import InfraConfig, VllmConfig
 from pytest_modal_eval.serving.chat_template import TEMPLATES_DIR, sha256_text
 from pytest_modal_eval.serving.local_vllm import LocalVllmServer
 from pytest_modal_eval.serving.types import Endpoint, ServerProfile, ServingError
+from tests.support import vllm_check
 
 pytestmark = pytest.mark.vllm
 
@@ -51,17 +50,8 @@ MESSAGES = [
 
 @pytest.fixture(scope="session")
 def vllm_python() -> str:
-    python = os.environ.get("MODAL_EVAL_VLLM_PYTHON")
-    if not python:
-        pytest.skip("MODAL_EVAL_VLLM_PYTHON is not set (an interpreter with vLLM's CPU build)")
-    try:
-        probe = subprocess.run([python, "-c", "import vllm"], capture_output=True, text=True)
-    except OSError as exc:
-        pytest.skip(f"MODAL_EVAL_VLLM_PYTHON={python} cannot be run: {exc}")
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        pytest.skip(f"MODAL_EVAL_VLLM_PYTHON={python} cannot import vllm: {last}")
-    return python
+    # Skips without vLLM, fails instead under MODAL_EVAL_REQUIRE_VLLM=1 (CI).
+    return vllm_check.vllm_python()
 
 
 @pytest.fixture(scope="session")
@@ -69,27 +59,9 @@ def tiny_model(
     vllm_python: str, pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """An untrained model of the demo's shape, made offline, cached by the script's hash."""
-    script = REPO / "scripts" / "make_demo_model.py"
-    if not script.exists():
-        pytest.skip("scripts/make_demo_model.py is missing: it makes the tiny test model")
-    digest = hashlib.sha256(script.read_bytes()).hexdigest()[:12]
-    cache = pytestconfig.cache
-    root = Path(cache.mkdir("modal-eval-tiny-model")) if cache else tmp_path_factory.mktemp("m")
-    out = root / digest
-    with FileLock(str(root / "build.lock")):  # xdist workers build it once
-        if not (out / "config.json").exists():
-            partial = root / f"{digest}.partial"
-            shutil.rmtree(partial, ignore_errors=True)
-            result = subprocess.run(
-                [vllm_python, str(script), "--steps", "0", "--out", str(partial)],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            assert result.returncode == 0, f"make_demo_model failed:\n{result.stderr[-3000:]}"
-            partial.rename(out)
-    return out
+    return vllm_check.untrained_demo_model(
+        vllm_python, pytestconfig.cache, tmp_path_factory.mktemp("m")
+    )
 
 
 @pytest.fixture(scope="session")

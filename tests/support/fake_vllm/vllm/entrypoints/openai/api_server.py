@@ -1,0 +1,105 @@
+"""A stand-in for ``python -m vllm.entrypoints.openai.api_server`` in the fast tests.
+
+With ``tests/support/fake_vllm`` and the repository root on ``PYTHONPATH``, ``--backend local``
+starts this module instead of vLLM, through all of the local backend's real code (supervisor,
+readiness probe, log, port-clash retry, stop). It:
+
+- accepts vLLM's command line: ``--model``, ``--served-model-name``, ``--host`` and ``--port``
+  are used, every other argument is ignored (as vLLM would accept it);
+- appends one JSON line per start (pid, model, served name, port, full argv) to the file named
+  by ``FAKE_VLLM_STARTS``, so a test counts server starts and sees what each was given;
+- serves the OpenAI API of ``tests/support/openai_server.py`` (its ``FakeModel``/``build_app``:
+  arithmetic answered right, ``/admin/*`` controls) on that host and port;
+- stops cleanly on SIGTERM/SIGINT, which is how the supervisor stops vLLM.
+
+Test-only controls:
+
+- ``--fake-exit-code N`` (e.g. from a benchmark's ``vllm.extra_args``, so it is per server
+  profile): after recording the start, print an error and exit with code N, the way vLLM exits
+  on a bad flag or a model that cannot load;
+- ``FAKE_VLLM_STARTUP_S``: seconds to wait before binding, like vLLM loading a model, which
+  widens the window in which concurrent benchmarks could start a second server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+
+from aiohttp import web
+
+from tests.support.openai_server import FakeModel, build_app
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="vllm.entrypoints.openai.api_server", allow_abbrev=False)
+    parser.add_argument("--model", required=True)
+    # vLLM accepts several names; the first is the one reported by /v1/models here.
+    parser.add_argument("--served-model-name", nargs="+", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--fake-exit-code", type=int, default=None)
+    return parser.parse_known_args(argv)
+
+
+def record_start(args: argparse.Namespace, served: str, argv: list[str]) -> None:
+    path = os.environ.get("FAKE_VLLM_STARTS")
+    if not path:
+        return
+    line = json.dumps(
+        {
+            "pid": os.getpid(),
+            "model": args.model,
+            "served_model_name": served,
+            "port": args.port,
+            "argv": argv,
+        }
+    )
+    # One write on an O_APPEND descriptor: concurrent starts never interleave their lines.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+async def serve(host: str, port: int, served: str, startup_s: float) -> None:
+    if startup_s:
+        await asyncio.sleep(startup_s)
+    runner = web.AppRunner(build_app(FakeModel(served, {})), access_log=None)
+    await runner.setup()
+    # A taken port raises "[Errno 98] ... address already in use" here, as vLLM's bind does.
+    await web.TCPSite(runner, host, port).start()
+    print(f"fake vLLM: serving {served!r} on http://{host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("fake vLLM: shutting down", flush=True)
+    await runner.cleanup()
+
+
+def main(argv: list[str]) -> int:
+    args, _ignored = parse_args(argv)
+    served = args.served_model_name[0] if args.served_model_name else args.model
+    record_start(args, served, argv)
+    if args.fake_exit_code is not None:
+        print(
+            f"fake vLLM: ValueError: cannot load model {args.model!r} "
+            f"(--fake-exit-code {args.fake_exit_code})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return int(args.fake_exit_code)
+    startup_s = float(os.environ.get("FAKE_VLLM_STARTUP_S") or 0)
+    asyncio.run(serve(args.host, args.port, served, startup_s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,137 @@
+"""One server per server profile per session, through the real local backend, in seconds.
+
+``--backend local`` runs ``python -m vllm.entrypoints.openai.api_server``; with
+``tests/support/fake_vllm`` first on ``PYTHONPATH`` that module is a stand-in which serves the
+fake OpenAI API and records each start in ``FAKE_VLLM_STARTS``. Everything else is the real
+plugin: profile grouping, the xdist broker, the supervisor, the readiness probe, the log.
+(tests/test_vllm_e2e.py does the same against real vLLM.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, BenchmarkProject
+from tests.support.vllm_check import FAKE_VLLM_ROOT
+
+MODEL = "fake-model"  # a directory in the project, so no model hub is consulted
+XDIST = pytest.mark.parametrize("dist", [[], ["-n", "2"]], ids=["in-process", "xdist"])
+
+
+class LocalRuns:
+    """Runs the project with ``--backend local`` on the fake vLLM and reads what it started."""
+
+    def __init__(self, project: BenchmarkProject, starts: Path) -> None:
+        self.project = project
+        self.starts = starts
+        project.pytester.mkdir(MODEL)
+
+    def run(self, *extra: str) -> pytest.RunResult:
+        # `--opt=VALUE`: pytest picks its rootdir before the plugin's options are known, and
+        # would take a bare path after --model / --vllm-python for a test path.
+        return self.project.pytester.runpytest_subprocess(
+            f"--model={MODEL}", "--backend", "local", f"--vllm-python={sys.executable}", *extra
+        )
+
+    def started(self) -> list[dict[str, Any]]:
+        if not self.starts.exists():
+            return []
+        return [json.loads(line) for line in self.starts.read_text().splitlines()]
+
+    def endpoint_of(self, benchmark: str) -> str:
+        outputs = self.project.pytester.path / "outputs" / "evals"
+        [config] = outputs.glob(f"{benchmark}--local--{MODEL}/*/run_config.json")
+        endpoint: str = json.loads(config.read_text())["endpoint"]
+        return endpoint
+
+    def server_log_dirs(self) -> list[Path]:
+        logs = self.project.pytester.path / "outputs" / "evals" / "logs"
+        return sorted(logs.glob("local-*"))
+
+
+@pytest.fixture
+def local(project: BenchmarkProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalRuns:
+    starts = tmp_path / "starts.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_STARTS", str(starts))
+    # Long enough that both xdist workers ask for the server while it is still starting.
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "1.5")
+    paths = [str(FAKE_VLLM_ROOT), str(REPO), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return LocalRuns(project, starts)
+
+
+def max_model_len(start: dict[str, Any]) -> str | None:
+    argv: list[str] = start["argv"]
+    return argv[argv.index("--max-model-len") + 1] if "--max-model-len" in argv else None
+
+
+@XDIST
+def test_one_server_per_profile(local: LocalRuns, dist: list[str]) -> None:
+    """alpha and beta share a profile (under xdist they ask for it at the same moment); gamma's
+    ``vllm.max_model_len`` makes it another profile. One run covers both claims: per-worker or
+    per-benchmark servers would make three starts, a single server for everything one."""
+    local.project.add("alpha", n=4)
+    local.project.add("beta", n=4)
+    local.project.add("gamma", n=4, extra_yaml="vllm: {max_model_len: 1024}\n")
+    result = local.run(*dist)
+    result.assert_outcomes(passed=3)
+    starts = local.started()
+    assert sorted(str(max_model_len(s)) for s in starts) == ["1024", "None"], starts
+    assert {s["served_model_name"] for s in starts} == {MODEL}
+    assert {s["model"] for s in starts} == {str(local.project.pytester.path / MODEL)}  # absolute
+    port_of = {max_model_len(s): s["port"] for s in starts}
+    # Each benchmark ran against the server of its own profile.
+    assert local.endpoint_of("alpha") == local.endpoint_of("beta")
+    assert local.endpoint_of("alpha") == f"http://127.0.0.1:{port_of[None]}/v1"
+    assert local.endpoint_of("gamma") == f"http://127.0.0.1:{port_of['1024']}/v1"
+    # One log directory per server, and each server was stopped (SIGTERM, via the supervisor).
+    logs = local.server_log_dirs()
+    assert len(logs) == 2
+    for server_logs in logs:
+        assert "fake vLLM: shutting down" in (server_logs / "vllm.log").read_text()
+
+
+@XDIST
+def test_a_server_that_fails_to_start_is_not_retried(local: LocalRuns, dist: list[str]) -> None:
+    broken = "vllm: {extra_args: ['--fake-exit-code', '1']}\n"  # only this profile's server
+    local.project.add("alpha", n=4, extra_yaml=broken)
+    local.project.add("beta", n=4, extra_yaml=broken)
+    result = local.run(*dist)
+    result.assert_outcomes(errors=2)
+    # Started once; the other benchmark on that profile got the remembered failure.
+    [start] = local.started()
+    assert "--fake-exit-code" in start["argv"]
+    for name in ("alpha", "beta"):
+        result.stdout.fnmatch_lines([f"*{name}: vLLM exited with code 1 during startup*"])
+    # Each error carries the log's path and its tail, which holds vLLM's own last words.
+    out = result.stdout.str()
+    assert out.count("--- last 40 lines ---") == 2
+    assert out.count("fake vLLM: ValueError: cannot load model") == 2
+    result.stdout.fnmatch_lines(["*Log: */outputs/evals/logs/local-*/vllm.log*"])
+
+
+def test_modal_without_a_token_is_a_usage_error(
+    project: BenchmarkProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.add("alpha", n=2)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("MODAL_CONFIG_PATH", str(home / ".modal.toml"))
+    for var in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "MODAL_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    started = time.monotonic()
+    result = project.pytester.runpytest_subprocess("--model", "org/x", "--backend", "modal")
+    took = time.monotonic() - started
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*No Modal token is configured*", "*modal token new*"])
+    assert took < 15, f"the usage error took {took:.1f}s"
+    assert not (project.pytester.path / "outputs").exists()
