@@ -1,7 +1,7 @@
 """The one place that talks to ``verifiers`` (pinned to 0.3.1, classic API).
 
 A later move to verifiers' v1 API should only touch this module. What the rest of the
-plugin sees: :func:`load_environment`, :func:`eval_rows`, and :func:`run_examples`, which
+plugin sees: :func:`load_environment`, :func:`dataset_rows`, and :func:`run_examples`, which
 runs groups of rollouts with a bound on *requests* in flight and hands each finished
 example to a callback as soon as it completes (nothing is accumulated here).
 """
@@ -12,10 +12,10 @@ import asyncio
 import importlib
 import importlib.util
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 #: Environments shipped with the plugin, resolved without a separate installation.
 BUNDLED = {"file-qa": "pytest_modal_eval.envs.file_qa"}
@@ -86,13 +86,56 @@ def _call_loader(env_id: str, loader: Callable[..., Any], args: dict[str, Any]) 
 
 
 def eval_rows(env: Any, num_examples: int | None) -> list[dict[str, Any]]:
+    """The evaluation dataset as a list of plain rows; prefer :func:`dataset_rows`."""
+    return list(dataset_rows(env, num_examples))
+
+
+def dataset_rows(env: Any, num_examples: int | None) -> EvalRows:
     """The evaluation dataset as plain rows (``example_id``, ``prompt``, ``answer``, ...)."""
     dataset = env.get_eval_dataset()
     if dataset is None:
         raise EnvironmentError_("the environment has no evaluation dataset")
     if num_examples is not None:
         dataset = dataset.select(range(min(num_examples, len(dataset))))
-    return list(dataset.to_list())
+    return EvalRows(dataset)
+
+
+class EvalRows(Sequence[dict[str, Any]]):
+    """A dataset's rows as plain dicts, decoded a batch at a time, never all at once.
+
+    Rows are exactly what ``Dataset.to_list()`` gives (that is how each batch is decoded), but
+    a 100,000-example dataset no longer becomes 100,000 dicts held for the whole run (~700
+    bytes each). Slicing gives another lazy view; :meth:`example_ids` reads one column only.
+    """
+
+    batch_size = 1000
+
+    def __init__(self, dataset: Any) -> None:
+        self._dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self._dataset)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> EvalRows: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | EvalRows:
+        if isinstance(index, slice):
+            return EvalRows(self._dataset.select(range(len(self))[index]))
+        row: dict[str, Any] = self._dataset.select([range(len(self))[index]]).to_list()[0]
+        return row
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for start in range(0, len(self), self.batch_size):
+            stop = min(start + self.batch_size, len(self))
+            yield from self._dataset.select(range(start, stop)).to_list()
+
+    def example_ids(self) -> list[int]:
+        """Every row's ``example_id``, in order."""
+        return [int(i) for i in self._dataset.with_format("arrow")["example_id"].to_pylist()]
 
 
 ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
@@ -120,54 +163,103 @@ async def run_examples(
     each example; a non-None return cancels the rest (e.g. the endpoint is down) and is
     raised as :class:`RunAborted`.
     """
-    import verifiers as vf
-    from verifiers.clients import resolve_client
-
-    client_config = vf.ClientConfig(
-        api_base_url=endpoint.base_url,
-        api_key_var=endpoint.api_key_env or "PYTEST_MODAL_EVAL_NO_KEY",
-        timeout=request_timeout,
+    client = chat_client(
+        endpoint,
+        request_timeout=request_timeout,
         max_retries=max_retries,
-        extra_headers={**dict(endpoint.headers), **(extra_headers or {})},
         max_connections=max(64, max_concurrent_requests * 2),
-        max_keepalive_connections=max(64, max_concurrent_requests * 2),
+        extra_headers=extra_headers,
     )
-    client = resolve_client(client_config)
     slots = max(1, math.ceil(max_concurrent_requests / rollouts))
-    row_iter = iter(rows)
-    pending: set[asyncio.Task[tuple[int, list[dict[str, Any]]]]] = set()
+    pending = iter(rows)
 
-    async def run_one(row: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-        outputs = await env.run_group(
-            [dict(row) for _ in range(rollouts)], client, endpoint.model, sampling_args
-        )
-        return int(row["example_id"]), [dict(output) for output in outputs]
-
-    def fill() -> None:
-        while len(pending) < slots:
-            row = next(row_iter, None)
-            if row is None:
-                return
-            pending.add(asyncio.ensure_future(run_one(row)))
-
-    try:
-        fill()
-        while pending:
-            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                pending.discard(task)
-                example_id, outputs = task.result()
-                on_example(example_id, outputs)
+    async def worker() -> None:
+        # Each worker pulls the next row when it is free: rows are read lazily, in order, and
+        # finishing an example costs O(1), not a scan of everything in flight.
+        for row in pending:
+            outputs = await env.run_group(
+                [dict(row) for _ in range(rollouts)], client, endpoint.model, sampling_args
+            )
+            on_example(int(row["example_id"]), [dict(output) for output in outputs])
             reason = should_stop()
             if reason is not None:
                 raise RunAborted(reason)
-            fill()
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(slots)]
+    try:
+        done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                raise error
     finally:
-        for task in pending:
+        for task in workers:
             task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.gather(*workers, return_exceptions=True)
         await _close(client)
+
+
+#: How long a new connection may take before the request fails (verifiers' default).
+CONNECT_TIMEOUT_S = 5.0
+
+
+def chat_client(
+    endpoint: Endpoint,
+    *,
+    request_timeout: float,
+    max_retries: int,
+    max_connections: int,
+    extra_headers: dict[str, str] | None = None,
+) -> Any:
+    """verifiers' chat-completions client over an ``AsyncOpenAI`` built here, on aiohttp.
+
+    verifiers builds its client on an ``httpx.AsyncClient``, whose connection pool scans every
+    connection for every request (``_assign_requests_to_connections``, ``is_idle``): at 64
+    requests in flight that capped a run at ~90 requests/s on one core. openai's
+    ``DefaultAioHttpClient`` keeps the same API and options on aiohttp's pool, which does not
+    (see benchmarks/). Key and headers are resolved exactly as verifiers resolves them.
+    """
+    import openai
+    from verifiers.clients import OpenAIChatCompletionsClient
+    from verifiers.types import ClientConfig
+    from verifiers.utils.client_utils import _build_headers_and_api_key
+
+    config = ClientConfig(
+        api_base_url=endpoint.base_url,
+        api_key_var=endpoint.api_key_env or "PYTEST_MODAL_EVAL_NO_KEY",
+        extra_headers={**dict(endpoint.headers), **(extra_headers or {})},
+    )
+    headers, api_key = _build_headers_and_api_key(config)
+    http_options: dict[str, Any] = {
+        "headers": headers,
+        "timeout": _http().Timeout(request_timeout, connect=CONNECT_TIMEOUT_S),
+        "limits": _http().Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        "follow_redirects": False,  # as verifiers' client: a redirect is an answer, not a hop
+    }
+    try:
+        http_client = openai.DefaultAioHttpClient(**http_options)
+    except RuntimeError:  # an openai without its aiohttp transport: fall back to httpx
+        http_client = openai.DefaultAsyncHttpxClient(**http_options)
+    return OpenAIChatCompletionsClient(
+        openai.AsyncOpenAI(
+            api_key=api_key or "EMPTY",
+            base_url=endpoint.base_url,
+            max_retries=max_retries,
+            http_client=http_client,
+        )
+    )
+
+
+def _http() -> Any:
+    """The HTTP library openai is built on: httpx2 from openai 3 on, httpx before."""
+    try:
+        import httpx2
+    except ImportError:  # pragma: no cover - openai 2.x
+        import httpx
+
+        return httpx
+    return httpx2
 
 
 class RunAborted(Exception):

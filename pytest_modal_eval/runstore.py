@@ -16,6 +16,7 @@ import os
 import secrets
 import time
 import warnings
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,10 +47,11 @@ def dumps(value: Any) -> str:
     return json.dumps(value, default=json_default, ensure_ascii=False)
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
+def write_json_atomic(path: Path, value: Any, *, indent: int | None = 2) -> None:
     """Write-and-rename so a reader (or a crash) never sees half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, default=json_default) + "\n", encoding="utf-8")
+    text = json.dumps(value, indent=indent, default=json_default)
+    tmp.write_text(text + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -84,9 +86,33 @@ def rollout_record(output: dict[str, Any], rollout: int, task_default: str) -> d
     return record
 
 
-@dataclass
+#: Distinct metric dicts shared by :func:`float_metrics`; past this many, dicts are not shared.
+_SHARED_METRICS_MAX = 4096
+_shared_metrics: dict[tuple[tuple[str, float], ...], dict[str, float]] = {}
+
+
+def float_metrics(metrics: dict[str, Any] | None) -> dict[str, float]:
+    """A rollout's metrics as floats. Equal results share one dict, so do not mutate it.
+
+    Most metrics take a handful of values (0.0 or 1.0): 100,000 examples then hold a few
+    dicts instead of 100,000 (~200 bytes each).
+    """
+    values = tuple((name, float(value)) for name, value in (metrics or {}).items())
+    shared = _shared_metrics.get(values)
+    if shared is None:
+        shared = dict(values)
+        if len(_shared_metrics) < _SHARED_METRICS_MAX:
+            _shared_metrics[values] = shared
+    return shared
+
+
+@dataclass(slots=True)
 class ExampleState:
-    """What the run knows about one example, kept small: rewards, not records."""
+    """What the run knows about one example, kept small: rewards, not records.
+
+    One is held per example for the whole run, hence ``slots`` and shared metric dicts
+    (:func:`float_metrics`).
+    """
 
     rewards: dict[int, float] = field(default_factory=dict)  # finished rollout -> reward
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -150,7 +176,9 @@ class Checkpoint:
         """Replace checkpoint_meta.json at most once a second (``meta`` is built only then)."""
         now = time.monotonic()
         if force or now - self._last_meta >= META_MIN_INTERVAL_S:
-            write_json_atomic(self.meta_path, meta())
+            # One line: indenting puts each of 100,000 example ids on its own line, which
+            # triples the cost of a write that repeats every second of a long run.
+            write_json_atomic(self.meta_path, meta(), indent=None)
             self._last_meta = now
 
     def close(self) -> None:
@@ -177,7 +205,7 @@ def load_states(checkpoint: Checkpoint, rollouts: int) -> dict[int, ExampleState
             continue  # a duplicate from a kill between write and bookkeeping: first wins
         state.errors.pop(rollout, None)
         state.rewards[rollout] = float(record.get("reward") or 0.0)
-        state.metrics[rollout] = {k: float(v) for k, v in (record.get("metrics") or {}).items()}
+        state.metrics[rollout] = float_metrics(record.get("metrics"))
         state.truncated += bool(record.get("is_truncated"))
     return states
 
@@ -197,37 +225,63 @@ def write_results(
 ) -> int:
     """Write results.jsonl: exactly one record per selected (example, rollout), in order.
 
-    Only byte offsets are held in memory, so this stays flat for large runs.
+    Only one 8-byte slot per (example, rollout) is held in memory (the chosen record's byte
+    offset in the checkpoint), so this stays flat for large runs.
     """
-    wanted = set(example_ids)
-    best: dict[tuple[int, int], tuple[int, bool]] = {}  # -> (offset, finished)
+    positions = _Positions(example_ids)
+    # offset * 2 + 1 for a finished record, offset * 2 for an errored one, -1 for none yet.
+    chosen = array("q", [-1]) * (len(example_ids) * rollouts)
     if checkpoint.path.exists():
         with checkpoint.path.open("rb") as handle:
             offset = 0
             for raw in handle:
                 try:
                     record = json.loads(raw)
-                    key = (int(record["example_id"]), int(record.get("rollout", 0)))
+                    example_id, rollout = int(record["example_id"]), int(record.get("rollout", 0))
                 except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
                     offset += len(raw)
                     continue
-                if key[0] in wanted and key[1] < rollouts:
-                    previous = best.get(key)
+                position = positions.get(example_id)
+                if position is not None and 0 <= rollout < rollouts:
+                    slot = position * rollouts + rollout
                     # The first finished record wins; until one exists, the newest error.
-                    if previous is None or not previous[1]:
-                        best[key] = (offset, not record.get("error"))
+                    if chosen[slot] < 0 or not chosen[slot] & 1:
+                        chosen[slot] = offset * 2 + (not record.get("error"))
                 offset += len(raw)
     tmp = results_path.with_name(f".{results_path.name}.tmp")
     written = 0
     checkpoint.path.touch()
     with checkpoint.path.open("rb") as source, tmp.open("wb") as out:
         for example_id in example_ids:
-            for rollout in range(rollouts):
-                entry = best.get((example_id, rollout))
-                if entry is None:
+            first = positions[example_id] * rollouts
+            for slot in range(first, first + rollouts):
+                if chosen[slot] < 0:
                     continue
-                source.seek(entry[0])
+                source.seek(chosen[slot] >> 1)
                 out.write(source.readline())
                 written += 1
     os.replace(tmp, results_path)
     return written
+
+
+class _Positions:
+    """Each example id's first position in the selection; ``0, 1, 2, ...`` costs no memory."""
+
+    def __init__(self, example_ids: list[int]) -> None:
+        self._count = len(example_ids)
+        self._index: dict[int, int] | None = None
+        if any(example_id != position for position, example_id in enumerate(example_ids)):
+            self._index = {}
+            for position, example_id in enumerate(example_ids):
+                self._index.setdefault(example_id, position)
+
+    def get(self, example_id: int) -> int | None:
+        if self._index is not None:
+            return self._index.get(example_id)
+        return example_id if 0 <= example_id < self._count else None
+
+    def __getitem__(self, example_id: int) -> int:
+        position = self.get(example_id)
+        if position is None:
+            raise KeyError(example_id)
+        return position
