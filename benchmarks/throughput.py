@@ -1,0 +1,146 @@
+"""Throughput: the plugin's full path against a raw client and against vf-eval, on real vLLM.
+
+One vLLM (CPU build, ``models/tiny-arith``) serves every contender in turn, interleaved and
+repeated, on the same chat requests: the demo's 200 questions repeated to ``--examples``, the
+demo's system prompt and sampling (temperature 0, 16 tokens), 64 requests in flight.
+
+- raw client: aiohttp posting the exact bodies verifiers sends, nothing else;
+- verifiers layer: the plugin's adapter (``run_examples``) alone, no pytest around it; with
+  ``--before`` also on verifiers' own httpx client, as the adapter was before;
+- plugin: ``pytest evals --model tiny-arith --base-url ...`` (collection, verifiers, scoring,
+  checkpoint, one subtest per example, results files);
+- plugin via proxy: the same with the plugin's ``ProxyThread`` in front of vLLM inside the
+  pytest process, as with ``--backend modal``;
+- vf-eval: verifiers' CLI on the same environment, data, sampling and server.
+
+Targets: plugin and plugin-via-proxy >= 0.95x the raw client's requests/s; the plugin's wall
+time <= 1.0x vf-eval's.
+
+Run: ``.venv/bin/python -m benchmarks.throughput`` (needs vLLM: ``bash scripts/setup.sh`` or
+``MODAL_EVAL_VLLM_PYTHON``). About 5 minutes (6 with ``--before``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks._common import (
+    Run,
+    chat_bodies,
+    demo_rows,
+    header,
+    log,
+    make_project,
+    median,
+    print_table,
+    raw_client,
+    run_plugin,
+    run_verifiers_loop,
+    run_vf_eval,
+    verdict,
+    vllm_server,
+    write_workload,
+)
+
+CONCURRENCY = 64
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=2000, help="requests per run")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of all contenders")
+    parser.add_argument(
+        "--before",
+        action="store_true",
+        help="also run the verifiers layer on verifiers' own httpx client (the old adapter)",
+    )
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="vLLM on half of the CPUs, clients on the other half (default: shared)",
+    )
+    args = parser.parse_args()
+    where = "vLLM and clients on separate CPUs" if args.isolate else "vLLM and clients share CPUs"
+    header(f"throughput: plugin vs raw client vs vf-eval, same vLLM, 64 in flight ({where})")
+
+    names = [
+        "raw async client (aiohttp)",
+        "verifiers layer, verifiers' httpx client (before)",
+        "verifiers layer, aiohttp transport (adapter)",
+        "plugin -> vLLM",
+        "plugin -> proxy -> vLLM",
+    ]
+    runs: dict[str, list[Run]] = {name: [] for name in names}
+    vf_wall: list[float] = []
+    plugin_wall: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
+        root = Path(tmp)
+        data = write_workload(root / "data.jsonl", args.examples)
+        rows = [demo_rows()[i % 200] for i in range(args.examples)]
+        bodies = chat_bodies(rows)
+        project = make_project(root / "project", data, max_concurrent=CONCURRENCY)
+        with vllm_server(root / "vllm-logs", isolate=args.isolate) as url:
+            raw_client(url, bodies[:256], CONCURRENCY)  # warm-up: caches, allocator, code paths
+            contenders: dict[str, Callable[[], Run]] = {
+                names[0]: lambda: raw_client(url, bodies, CONCURRENCY),
+                names[1]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="httpx"),
+                names[2]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="aiohttp"),
+                names[3]: lambda: run_plugin(project, url),
+                names[4]: lambda: run_plugin(project, url, proxy_upstream=url),
+            }
+            if not args.before:
+                del contenders[names[1]], runs[names[1]]
+            for round_ in range(1, args.repeats + 1):
+                for name, contender in contenders.items():
+                    log(f"round {round_}/{args.repeats}: {name}")
+                    run = contender()
+                    if run.errors or run.returncode not in (0, 1):
+                        log(f"warning: {run.errors} errors, exit code {run.returncode}")
+                    runs[name].append(run)
+                plugin_wall.append(runs[names[3]][-1].wall_s)
+                log(f"round {round_}/{args.repeats}: vf-eval")
+                vf_wall.append(run_vf_eval(url, data, args.examples, CONCURRENCY, root).wall_s)
+
+    base = median([r.rps for r in runs[names[0]]])
+    print(f"{args.examples} chat requests per run, {CONCURRENCY} in flight, {args.repeats} rounds;")
+    print("requests/s between the first and the last completion, median of the rounds; client CPU")
+    print("is the client process's CPU time per request (all threads), median.\n")
+    table = []
+    for name in runs:
+        rps = [r.rps for r in runs[name]]
+        ratio = median(rps) / base
+        target = name.startswith("plugin")
+        table.append(
+            [
+                name,
+                f"{median(rps):.0f}",
+                " ".join(f"{v:.0f}" for v in rps),
+                f"{median([r.cpu_ms for r in runs[name]]):.2f}",
+                f"{ratio:.2f}",
+                ">= 0.95" if target else "",
+                verdict(ratio >= 0.95) if target else "",
+            ]
+        )
+    print_table(
+        ["path", "req/s", "rounds", "client CPU ms/req", "vs raw", "target", "verdict"], table
+    )
+    ratio = median(plugin_wall) / median(vf_wall)
+    print("wall time of the whole command (start-up, loading, run, results), median:\n")
+    print_table(
+        ["command", "wall s", "rounds", "vs vf-eval", "target", "verdict"],
+        [
+            ["vf-eval file-qa -c 64", f"{median(vf_wall):.1f}",
+             " ".join(f"{v:.1f}" for v in vf_wall), "1.00", "", ""],
+            ["pytest evals (plugin)", f"{median(plugin_wall):.1f}",
+             " ".join(f"{v:.1f}" for v in plugin_wall), f"{ratio:.2f}", "<= 1.00",
+             verdict(ratio <= 1.0)],
+        ],
+    )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
