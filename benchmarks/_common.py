@@ -123,26 +123,30 @@ def bench_env(**extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def fake_server(*args: str) -> Iterator[str]:
-    """``tests/support/openai_server.py`` (deterministic, fast); yields ``http://127.0.0.1:P``."""
+def _listening(command: list[str], what: str, stop_timeout: float) -> Iterator[str]:
+    """Run a server that prints ``... listening on URL`` once ready; yield URL; SIGTERM it."""
     process = subprocess.Popen(
-        [PYTHON, "-m", "tests.support.openai_server", "--model", MODEL_NAME, *args],
-        cwd=REPO,
-        env=bench_env(),
-        stdout=subprocess.PIPE,
-        text=True,
+        command, cwd=REPO, env=bench_env(), stdout=subprocess.PIPE, text=True
     )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
         if "listening on" not in line:
-            raise RuntimeError(f"the test server did not start: {line!r}")
+            raise RuntimeError(f"{what} did not start: {line!r}")
         yield line.split()[-1]
     finally:
-        process.terminate()
-        process.wait(10)
+        process.send_signal(signal.SIGTERM)
+        process.wait(stop_timeout)
         if process.stdout is not None:
             process.stdout.close()
+
+
+@contextlib.contextmanager
+def fake_server(*args: str) -> Iterator[str]:
+    """``tests/support/openai_server.py`` (deterministic, fast); yields ``http://127.0.0.1:P``."""
+    command = [PYTHON, "-m", "tests.support.openai_server", "--model", MODEL_NAME, *args]
+    with _listening(command, "the test server", 10) as url:
+        yield url
 
 
 def server_stats(url: str) -> dict[str, Any]:
@@ -215,24 +219,9 @@ def vllm_server(logs_dir: Path, *, isolate: bool = False) -> Iterator[str]:
 @contextlib.contextmanager
 def proxy_process(upstream: str, log_path: Path) -> Iterator[str]:
     """The plugin's proxy, standalone (``python -m pytest_modal_eval.proxy``)."""
-    process = subprocess.Popen(
-        [PYTHON, "-m", "pytest_modal_eval.proxy", "--upstream", upstream, "--log", str(log_path)],
-        cwd=REPO,
-        env=bench_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"the proxy did not start: {line!r}")
-        yield line.split()[-1]
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(15)
-        if process.stdout is not None:
-            process.stdout.close()
+    command = [PYTHON, "-m", "pytest_modal_eval.proxy", "--upstream", upstream]
+    with _listening([*command, "--log", str(log_path)], "the proxy", 15) as url:
+        yield url
 
 
 # -- workloads ------------------------------------------------------------------------------
