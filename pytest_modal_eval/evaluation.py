@@ -9,7 +9,8 @@ import math
 import platform
 import subprocess
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -30,6 +31,7 @@ from pytest_modal_eval.runstore import (
     CHECKPOINT_VERSION,
     Checkpoint,
     ExampleState,
+    float_metrics,
     load_states,
     new_run_id,
     rollout_record,
@@ -138,7 +140,8 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     env = adapter.load_environment(
         config.env_id, config.env_args, request.benchmark.path.parent.resolve()
     )
-    all_rows = adapter.eval_rows(env, None)
+    # Lazy views: rows are decoded a batch at a time whenever they are walked, never all held.
+    all_rows = adapter.dataset_rows(env, None)
     rows = all_rows[: config.eval.num_examples] if config.eval.num_examples else all_rows
     rollouts = config.eval.rollouts
     sampling = config.sampling.as_request_args()
@@ -177,7 +180,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     _link_server_logs(request.server_logs, run_dir / "logs")
     checkpoint = Checkpoint(run_dir)
     states = load_states(checkpoint, rollouts)
-    selected_ids = [int(row["example_id"]) for row in rows]
+    selected_ids = rows.example_ids()
     finished_before = sum(
         1 for i in selected_ids if i in states and len(states[i].rewards) >= rollouts
     )
@@ -226,7 +229,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
             else:
                 state.errors.pop(rollout, None)
                 state.rewards[rollout] = record["reward"]
-                state.metrics[rollout] = {k: float(v) for k, v in record["metrics"].items()}
+                state.metrics[rollout] = float_metrics(record["metrics"])
                 state.truncated += record["is_truncated"]
         done += 1
         if done >= next_progress:
@@ -271,16 +274,19 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
             )
         return None
 
-    todo = [
-        _pending_row(row, states.get(int(row["example_id"])), rollouts)
-        for row in rows
-        if len(states.get(int(row["example_id"]), ExampleState()).rewards) < rollouts
-    ]
+    # Rollouts each selected row still misses, fixed before the run: one int per row, where a
+    # list of the pending rows themselves held ~1 kB per example for the whole run.
+    still_missing = array(
+        "I",
+        (rollouts - len(states[i].rewards) if i in states else rollouts for i in selected_ids),
+    )
     checkpoint.open()
     try:
-        if todo:
+        if any(still_missing):
             with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
-                _run_grouped(run_dir, env, todo, request, sampling, handle, should_stop)
+                _run_grouped(
+                    run_dir, env, rows, still_missing, request, sampling, handle, should_stop
+                )
     finally:
         checkpoint.close()
         checkpoint.write_meta(meta, force=True)
@@ -307,15 +313,11 @@ def _link_server_logs(server_logs: Path | None, run_logs: Path) -> None:
             link.symlink_to(target.resolve())
 
 
-def _pending_row(row: dict[str, Any], state: ExampleState | None, rollouts: int) -> dict[str, Any]:
-    missing = rollouts - (len(state.rewards) if state else 0)
-    return {**row, "_missing": missing}
-
-
 def _run_grouped(
     run_dir: Path,
     env: Any,
-    todo: list[dict[str, Any]],
+    rows: Iterable[dict[str, Any]],
+    still_missing: Sequence[int],
     request: RunRequest,
     sampling: dict[str, Any],
     handle: Callable[[int, list[dict[str, Any]]], None],
@@ -327,19 +329,16 @@ def _run_grouped(
         # Our proxy writes this request's line to the run's own proxy.log.
         log_route = {"X-Modal-Eval-Log": str(run_dir.resolve() / "logs" / "proxy.log")}
     # Examples missing different numbers of rollouts run as separate batches, so each
-    # verifiers group is exactly the rollouts still missing.
-    by_missing: dict[int, list[dict[str, Any]]] = {}
-    for row in todo:
-        missing = row.pop("_missing")
-        by_missing.setdefault(missing, []).append(row)
-    for missing, batch in sorted(by_missing.items(), reverse=True):
+    # verifiers group is exactly the rollouts still missing. Each batch streams the rows.
+    for group in sorted({m for m in still_missing if m}, reverse=True):
+        batch = (row for row, m in zip(rows, still_missing, strict=True) if m == group)
         asyncio.run(
             adapter.run_examples(
                 env,
                 batch,
                 endpoint=request.endpoint,
                 sampling_args=sampling,
-                rollouts=missing,
+                rollouts=group,
                 max_concurrent_requests=config.eval.max_concurrent,
                 request_timeout=config.eval.request_timeout,
                 max_retries=config.eval.max_retries,

@@ -18,7 +18,7 @@ from pytest_modal_eval.deployments import (
 )
 from pytest_modal_eval.items import SESSION_KEY, BenchmarkFile, is_benchmark_file
 from pytest_modal_eval.options import add_options, resolve_settings
-from pytest_modal_eval.report import SummaryCollector
+from pytest_modal_eval.report import PassedExampleReports, SummaryCollector
 from pytest_modal_eval.session import EvalSession
 
 
@@ -40,6 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_path_options(config)
     config.stash[SESSION_KEY] = EvalSession(config, settings)
     config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
+    config.pluginmanager.register(PassedExampleReports(config), "modal_eval_passed_reports")
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is not None and BROKER_INPUT_KEY in workerinput:

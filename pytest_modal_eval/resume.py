@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def canonical_hash(value: Any, length: int = 16) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
-def fingerprint_rows(rows: list[dict[str, Any]]) -> str:
+def fingerprint_rows(rows: Iterable[dict[str, Any]]) -> str:
     """Hash of the dataset as the model sees it (prompt, answer, info), order included."""
     digest = hashlib.sha256()
     for row in rows:
