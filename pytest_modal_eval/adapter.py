@@ -85,11 +85,6 @@ def _call_loader(env_id: str, loader: Callable[..., Any], args: dict[str, Any]) 
         raise EnvironmentError_(str(exc)) from None
 
 
-def eval_rows(env: Any, num_examples: int | None) -> list[dict[str, Any]]:
-    """The evaluation dataset as a list of plain rows; prefer :func:`dataset_rows`."""
-    return list(dataset_rows(env, num_examples))
-
-
 def dataset_rows(env: Any, num_examples: int | None) -> EvalRows:
     """The evaluation dataset as plain rows (``example_id``, ``prompt``, ``answer``, ...)."""
     dataset = env.get_eval_dataset()

@@ -31,6 +31,7 @@ from pytest_modal_eval.runstore import (
     CHECKPOINT_VERSION,
     Checkpoint,
     ExampleState,
+    describe_error,
     float_metrics,
     load_states,
     new_run_id,
@@ -225,7 +226,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
         for record in records:
             rollout = record["rollout"]
             if record["error"]:
-                state.errors[rollout] = _describe(record["error"])
+                state.errors[rollout] = describe_error(record["error"])
             else:
                 state.errors.pop(rollout, None)
                 state.rewards[rollout] = record["reward"]
@@ -347,12 +348,6 @@ def _run_grouped(
                 extra_headers=log_route,
             )
         )
-
-
-def _describe(error: Any) -> str:
-    from pytest_modal_eval.runstore import describe_error
-
-    return describe_error(error)
 
 
 def _meta(
