@@ -22,6 +22,7 @@ from pytest_modal_eval.deployments import (
 )
 from pytest_modal_eval.endpoint_check import EndpointError
 from pytest_modal_eval.evaluation import ExampleResult, RunOutcome, RunRequest, run_benchmark
+from pytest_modal_eval.example_reports import PassedExampleLog
 from pytest_modal_eval.gate import describe_comparison, describe_score, judge
 from pytest_modal_eval.items import BenchmarkItem, EvalProblem
 from pytest_modal_eval.report import PROPERTY_PREFIX, fmt, record_properties
@@ -58,6 +59,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     config = item.benchmark.config
     tolerate_errors = config.gate.max_error_rate > 0
     started = time.monotonic()
+    passed_examples = PassedExampleLog(item)
 
     def on_example(result: ExampleResult) -> None:
         reward = fmt(sum(result.rewards) / len(result.rewards)) if result.rewards else "error"
@@ -68,12 +70,15 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
         }
         if result.resumed:
             progress["resumed"] = "yes"
-        with subtests.test(msg=f"example {result.example_id}", **progress):
-            if result.error is not None:
-                message = f"example {result.example_id} could not be evaluated: {result.error}"
-                if tolerate_errors:
-                    pytest.skip(f"{message} (counted against gate.max_error_rate)")
-                pytest.fail(message, pytrace=False)
+        msg = f"example {result.example_id}"
+        if result.error is None:
+            passed_examples.log(msg, **progress)
+            return
+        with subtests.test(msg=msg, **progress):
+            message = f"example {result.example_id} could not be evaluated: {result.error}"
+            if tolerate_errors:
+                pytest.skip(f"{message} (counted against gate.max_error_rate)")
+            pytest.fail(message, pytrace=False)
 
     run_request = RunRequest(
         benchmark=item.benchmark,

@@ -16,9 +16,10 @@ from pytest_modal_eval.deployments import (
     BrokerClient,
     Deployments,
 )
+from pytest_modal_eval.example_reports import PassedExampleReports
 from pytest_modal_eval.items import SESSION_KEY, BenchmarkFile, is_benchmark_file
 from pytest_modal_eval.options import add_options, resolve_settings
-from pytest_modal_eval.report import PassedExampleReports, SummaryCollector
+from pytest_modal_eval.report import SummaryCollector
 from pytest_modal_eval.session import EvalSession
 
 
