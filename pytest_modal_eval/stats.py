@@ -18,7 +18,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
+from scipy import special
+
+# scipy.special's distribution functions, not scipy.stats: the same numbers from the same
+# library (tests/test_stats.py checks them against scipy.stats and statsmodels), without the
+# ~45 MB that importing scipy.stats adds to every evaluation process.
 
 SOLVED_THRESHOLD = 0.5
 """An example counts as solved when its mean reward is at least this."""
@@ -140,18 +144,16 @@ def summarize(
         # Pass/fail per example: the Wilson score interval keeps its coverage near 0 and 1,
         # where a t interval collapses (200 of 200 solved is not certainty of 1.0).
         interval = "wilson"
-        successes = int(means.sum())
-        stderr = float(stats.sem(means, ddof=1)) if n > 1 else math.nan
-        ci = stats.binomtest(successes, n).proportion_ci(confidence, method="wilson")
-        ci_low, ci_high = float(ci.low), float(ci.high)
+        stderr = _sem(means) if n > 1 else math.nan
+        ci_low, ci_high = _wilson(int(means.sum()), n, confidence)
     elif n == 1:
         stderr = ci_low = ci_high = math.nan
     elif _is_constant(means):
         stderr, ci_low, ci_high = 0.0, mean, mean
     else:
-        stderr = float(stats.sem(means, ddof=1))
-        low, high = stats.t.interval(confidence, df=n - 1, loc=mean, scale=stderr)
-        ci_low, ci_high = float(low), float(high)
+        stderr = _sem(means)
+        half = _t_quantile(confidence, n - 1) * stderr
+        ci_low, ci_high = mean - half, mean + half
         if bounds is not None:
             ci_low, ci_high = max(ci_low, bounds[0]), min(ci_high, bounds[1])
 
@@ -207,7 +209,10 @@ def _mcnemar_p(n_solved_to_missed: int, n_missed_to_solved: int) -> float:
     discordant = n_solved_to_missed + n_missed_to_solved
     if discordant == 0:
         return 1.0
-    return float(stats.binomtest(n_solved_to_missed, discordant, 0.5, alternative="greater").pvalue)
+    if n_solved_to_missed == 0:
+        return 1.0
+    # P(X >= b) = P(X > b - 1) for X ~ Binomial(b + c, 1/2).
+    return float(special.bdtrc(n_solved_to_missed - 1, discordant, 0.5))
 
 
 def _paired_t(run: FloatArray, base: FloatArray) -> tuple[float, float, float]:
@@ -221,10 +226,31 @@ def _paired_t(run: FloatArray, base: FloatArray) -> tuple[float, float, float]:
         shift = float(np.mean(diffs))
         p = 0.0 if shift < -_ZERO_SPREAD else 1.0
         return p, shift, shift
-    # One two-sided test gives the interval; its statistic's lower t tail is the one-sided p.
-    result = stats.ttest_rel(run, base)
-    ci = result.confidence_interval(DIFF_CONFIDENCE)
-    return float(stats.t.cdf(result.statistic, result.df)), float(ci.low), float(ci.high)
+    # The paired t statistic's lower tail is the one-sided p; the interval is two-sided.
+    df = len(diffs) - 1
+    mean, stderr = float(np.mean(diffs)), _sem(diffs)
+    half = _t_quantile(DIFF_CONFIDENCE, df) * stderr
+    return float(special.stdtr(df, mean / stderr)), mean - half, mean + half
+
+
+def _sem(values: FloatArray) -> float:
+    """Standard error of the mean (sample standard deviation, ddof=1)."""
+    return float(np.std(values, ddof=1)) / math.sqrt(len(values))
+
+
+def _t_quantile(confidence: float, df: int) -> float:
+    """Half-width multiplier of a two-sided t interval at ``confidence``."""
+    return float(special.stdtrit(df, 0.5 + confidence / 2))
+
+
+def _wilson(successes: int, n: int, confidence: float) -> tuple[float, float]:
+    """Wilson score interval of a proportion (no continuity correction)."""
+    z = float(special.ndtri(0.5 + confidence / 2))
+    p = successes / n
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, center - half), min(1.0, center + half)
 
 
 def compare_paired(
@@ -247,7 +273,7 @@ def compare_paired(
 
     - both sides 0/1 rewards with one rollout per example (``*_binary_single``): exact McNemar,
       i.e. a binomial test on the discordant pairs. Exact, so valid for few flips.
-    - otherwise: a one-sided paired t-test on per-example means (``scipy.stats.ttest_rel``).
+    - otherwise: a one-sided paired t-test on per-example means.
       Chosen over a paired bootstrap because per-example means are bounded and eval sets have
       dozens to thousands of examples, where the t distribution of the mean difference is
       accurate; it is deterministic without a seed, its interval matches its test, and a
