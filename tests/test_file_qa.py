@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from pytest_modal_eval.envs.file_qa import answers_match, final_answer
+from pytest_modal_eval.adapter import dataset_rows
+from pytest_modal_eval.envs.file_qa import answers_match, final_answer, load_environment
 
 
 @pytest.mark.parametrize(
@@ -39,3 +42,33 @@ def test_final_answer(completion: str, expected: str) -> None:
 )
 def test_answers_match(given: str, expected: str, match: bool) -> None:
     assert answers_match(given, expected) is match
+
+
+@pytest.mark.parametrize("system_prompt", [None, "", "Reply with the number only."])
+def test_prompts_are_the_ones_verifiers_builds(tmp_path: Path, system_prompt: str | None) -> None:
+    """file-qa builds the chat prompts itself (one pass, no datasets.map); they must be exactly
+    what verifiers makes of the same questions and system prompt."""
+    import verifiers as vf
+    from datasets import Dataset
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text(
+        '{"question": "What is 2 + 2?", "answer": "4", "source": "x"}\n'
+        '{"question": "Capital of France?", "answer": "Paris"}\n'
+    )
+    ours = load_environment(str(data), system_prompt=system_prompt)
+    reference = vf.SingleTurnEnv(
+        eval_dataset=Dataset.from_list(
+            [
+                {"question": "What is 2 + 2?", "answer": "4"},
+                {"question": "Capital of France?", "answer": "Paris"},
+            ]
+        ),
+        system_prompt=system_prompt,
+        rubric=vf.Rubric(funcs=[]),
+    )
+    built = dataset_rows(ours, None)
+    expected = dataset_rows(reference, None)
+    assert [row["prompt"] for row in built] == [row["prompt"] for row in expected]
+    assert [row["example_id"] for row in built] == [0, 1]
+    assert built[0]["prompt"][-1] == {"role": "user", "content": "What is 2 + 2?"}
