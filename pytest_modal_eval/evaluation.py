@@ -27,13 +27,10 @@ from pytest_modal_eval.resume import (
     differing_fields,
     fingerprint_rows,
 )
+from pytest_modal_eval.run_state import RunState
 from pytest_modal_eval.runstore import (
     CHECKPOINT_VERSION,
     Checkpoint,
-    ExampleState,
-    describe_error,
-    float_metrics,
-    load_states,
     new_run_id,
     rollout_record,
     write_json_atomic,
@@ -180,11 +177,9 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     _link_server_logs(request.server_logs, run_dir / "logs")
     checkpoint = Checkpoint(run_dir)
-    states = load_states(checkpoint, rollouts)
     selected_ids = rows.example_ids()
-    finished_before = sum(
-        1 for i in selected_ids if i in states and len(states[i].rewards) >= rollouts
-    )
+    state = RunState.from_checkpoint(checkpoint, selected_ids, rollouts)
+    finished_before = sum(1 for i in selected_ids if state.finished(i))
     run_config = _run_config(request, run_id, run_dir, answer_hash, fields, slug, len(rows))
     if prior is None or not (run_dir / "run_config.json").exists():
         write_json_atomic(run_dir / "run_config.json", run_config)
@@ -195,10 +190,9 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     reward_sum = 0.0
     counted = 0
     for example_id in selected_ids:
-        state = states.get(example_id)
-        if state is not None and len(state.rewards) >= rollouts:
+        if state.finished(example_id):
             done += 1
-            rewards = [state.rewards[r] for r in range(rollouts)]
+            rewards = state.rewards(example_id)
             reward_sum += sum(rewards) / rollouts
             counted += 1
             on_example(
@@ -209,29 +203,19 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     start_time = datetime.now(UTC).isoformat()
 
     def meta() -> dict[str, Any]:
-        return _meta(run_id, config.env_id, request.model, rollouts, states, total, start_time)
+        return _meta(run_id, config.env_id, request.model, rollouts, state, total, start_time)
 
     progress_step = max(1, int(total * PROGRESS_STEP))
     next_progress = done + progress_step
 
     def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
         nonlocal done, reward_sum, counted, consecutive_errors, next_progress
-        state = states.setdefault(example_id, ExampleState())
-        missing = [r for r in range(rollouts) if r not in state.rewards]
         records = [
             rollout_record(output, rollout, config.env_id)
-            for output, rollout in zip(outputs, missing, strict=False)
+            for output, rollout in zip(outputs, state.missing(example_id), strict=False)
         ]
         checkpoint.append(records, config.eval.checkpoint_every)
-        for record in records:
-            rollout = record["rollout"]
-            if record["error"]:
-                state.errors[rollout] = describe_error(record["error"])
-            else:
-                state.errors.pop(rollout, None)
-                state.rewards[rollout] = record["reward"]
-                state.metrics[rollout] = float_metrics(record["metrics"])
-                state.truncated += record["is_truncated"]
+        state.add(records)
         done += 1
         if done >= next_progress:
             next_progress += progress_step
@@ -242,9 +226,9 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
                 total,
                 f"{reward_sum / counted:.3f}" if counted else "n/a",
             )
-        error = next(iter(state.errors.values()), None)
+        error = state.error(example_id)
         if error is None:
-            rewards = [state.rewards[r] for r in range(rollouts)]
+            rewards = state.rewards(example_id)
             reward_sum += sum(rewards) / rollouts
             counted += 1
             consecutive_errors = 0
@@ -266,10 +250,9 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
 
     def should_stop() -> str | None:
         if consecutive_errors >= ABORT_AFTER_CONSECUTIVE_ERRORS and counted == 0:
-            first = next(e for state in states.values() for e in state.errors.values())
             return (
                 f"the first {consecutive_errors} examples all failed to evaluate "
-                f"(e.g. {first}); "
+                f"(e.g. {state.any_error()}); "
                 f"the endpoint {request.endpoint.base_url} looks down. Finished work is kept "
                 f"in {run_dir}; re-run to continue."
             )
@@ -277,10 +260,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
 
     # Rollouts each selected row still misses, fixed before the run: one int per row, where a
     # list of the pending rows themselves held ~1 kB per example for the whole run.
-    still_missing = array(
-        "I",
-        (rollouts - len(states[i].rewards) if i in states else rollouts for i in selected_ids),
-    )
+    still_missing = array("I", (len(state.missing(i)) for i in selected_ids))
     checkpoint.open()
     try:
         if any(still_missing):
@@ -292,7 +272,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
         checkpoint.close()
         checkpoint.write_meta(meta, force=True)
 
-    outcome = _summarise(run_dir, run_id, selected_ids, states, rollouts, started)
+    outcome = _summarise(run_dir, run_id, state, started)
     outcome.resumed_examples = finished_before
     outcome.new_run_note = note
     outcome.answer_hash = answer_hash
@@ -355,57 +335,46 @@ def _meta(
     env_id: str,
     model: str,
     rollouts: int,
-    states: dict[int, ExampleState],
+    state: RunState,
     total: int,
     start_time: str,
 ) -> dict[str, Any]:
-    completed = sorted(i for i, s in states.items() if len(s.rewards) >= rollouts)
     return {
         "checkpoint_version": CHECKPOINT_VERSION,
         "run_id": run_id,
         "env_id": env_id,
         "model": model,
         "rollouts_per_example": rollouts,
-        "completed_example_ids": completed,
+        "completed_example_ids": state.completed_ids(),
         "total_examples": total,
-        "completed_rollouts": sum(len(s.rewards) for s in states.values()),
+        "completed_rollouts": state.finished_rollouts,
         "start_time": start_time,
         "last_checkpoint_time": datetime.now(UTC).isoformat(),
     }
 
 
-def _summarise(
-    run_dir: Path,
-    run_id: str,
-    selected_ids: list[int],
-    states: dict[int, ExampleState],
-    rollouts: int,
-    started: float,
-) -> RunOutcome:
+def _summarise(run_dir: Path, run_id: str, state: RunState, started: float) -> RunOutcome:
     per_example: dict[str, list[float]] = {}
     errored: dict[int, str] = {}
+    finished: list[int] = []
     truncated = 0
-    metric_totals: dict[str, list[float]] = {}
-    for example_id in selected_ids:
-        state = states.get(example_id, ExampleState())
-        if len(state.rewards) >= rollouts:
-            per_example[str(example_id)] = [state.rewards[r] for r in range(rollouts)]
-            truncated += state.truncated
-            for r in range(rollouts):
-                for name, value in state.metrics.get(r, {}).items():
-                    metric_totals.setdefault(name, []).append(value)
+    for example_id in state.example_ids:
+        if state.finished(example_id):
+            finished.append(example_id)
+            per_example[str(example_id)] = state.rewards(example_id)
+            truncated += state.truncated(example_id)
         else:
-            errored[example_id] = next(iter(state.errors.values()), "not evaluated")
+            errored[example_id] = state.error(example_id) or "not evaluated"
     summary = stats.summarize(per_example) if per_example else None
     return RunOutcome(
         run_dir=run_dir,
         run_id=run_id,
-        n_selected=len(selected_ids),
-        rollouts=rollouts,
+        n_selected=len(state.example_ids),
+        rollouts=state.rollouts,
         summary=summary,
         errored=errored,
         truncated_rollouts=truncated,
-        metric_means={k: sum(v) / len(v) for k, v in metric_totals.items()},
+        metric_means=state.metric_means(finished),
         elapsed_s=time.monotonic() - started,
         per_example_rewards=per_example,
     )

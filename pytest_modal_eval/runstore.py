@@ -17,8 +17,7 @@ import secrets
 import time
 import warnings
 from array import array
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -84,40 +83,6 @@ def rollout_record(output: dict[str, Any], rollout: int, task_default: str) -> d
         record.setdefault(name, value)
     record["metrics"] = dict(output.get("metrics") or {})
     return record
-
-
-#: Distinct metric dicts shared by :func:`float_metrics`; past this many, dicts are not shared.
-_SHARED_METRICS_MAX = 4096
-_shared_metrics: dict[tuple[tuple[str, float], ...], dict[str, float]] = {}
-
-
-def float_metrics(metrics: dict[str, Any] | None) -> dict[str, float]:
-    """A rollout's metrics as floats. Equal results share one dict, so do not mutate it.
-
-    Most metrics take a handful of values (0.0 or 1.0): 100,000 examples then hold a few
-    dicts instead of 100,000 (~200 bytes each).
-    """
-    values = tuple((name, float(value)) for name, value in (metrics or {}).items())
-    shared = _shared_metrics.get(values)
-    if shared is None:
-        shared = dict(values)
-        if len(_shared_metrics) < _SHARED_METRICS_MAX:
-            _shared_metrics[values] = shared
-    return shared
-
-
-@dataclass(slots=True)
-class ExampleState:
-    """What the run knows about one example, kept small: rewards, not records.
-
-    One is held per example for the whole run, hence ``slots`` and shared metric dicts
-    (:func:`float_metrics`).
-    """
-
-    rewards: dict[int, float] = field(default_factory=dict)  # finished rollout -> reward
-    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
-    errors: dict[int, str] = field(default_factory=dict)  # rollout -> last error (unfinished)
-    truncated: int = 0
 
 
 class Checkpoint:
@@ -189,27 +154,6 @@ class Checkpoint:
             self._handle = None
 
 
-def load_states(checkpoint: Checkpoint, rollouts: int) -> dict[int, ExampleState]:
-    """Fold the checkpoint into per-example state; later records win, finished beats errored."""
-    states: dict[int, ExampleState] = {}
-    for record in checkpoint.read():
-        rollout = int(record.get("rollout", 0))
-        if rollout >= rollouts:
-            continue
-        state = states.setdefault(int(record["example_id"]), ExampleState())
-        if record.get("error"):
-            if rollout not in state.rewards:
-                state.errors[rollout] = describe_error(record["error"])
-            continue
-        if rollout in state.rewards:
-            continue  # a duplicate from a kill between write and bookkeeping: first wins
-        state.errors.pop(rollout, None)
-        state.rewards[rollout] = float(record.get("reward") or 0.0)
-        state.metrics[rollout] = float_metrics(record.get("metrics"))
-        state.truncated += bool(record.get("is_truncated"))
-    return states
-
-
 def describe_error(error: Any) -> str:
     if isinstance(error, dict):
         kind = error.get("error") or error.get("type") or "error"
@@ -221,14 +165,14 @@ def describe_error(error: Any) -> str:
 
 
 def write_results(
-    checkpoint: Checkpoint, results_path: Path, example_ids: list[int], rollouts: int
+    checkpoint: Checkpoint, results_path: Path, example_ids: Sequence[int], rollouts: int
 ) -> int:
     """Write results.jsonl: exactly one record per selected (example, rollout), in order.
 
     Only one 8-byte slot per (example, rollout) is held in memory (the chosen record's byte
     offset in the checkpoint), so this stays flat for large runs.
     """
-    positions = _Positions(example_ids)
+    positions = Positions(example_ids)
     # offset * 2 + 1 for a finished record, offset * 2 for an errored one, -1 for none yet.
     chosen = array("q", [-1]) * (len(example_ids) * rollouts)
     if checkpoint.path.exists():
@@ -264,10 +208,10 @@ def write_results(
     return written
 
 
-class _Positions:
+class Positions:
     """Each example id's first position in the selection; ``0, 1, 2, ...`` costs no memory."""
 
-    def __init__(self, example_ids: list[int]) -> None:
+    def __init__(self, example_ids: Sequence[int]) -> None:
         self._count = len(example_ids)
         self._index: dict[int, int] | None = None
         if any(example_id != position for position, example_id in enumerate(example_ids)):

@@ -1,0 +1,110 @@
+"""What a run knows about its selected examples, held in columns: a few bytes per rollout.
+
+One object per example (dicts of rewards, metrics and errors) cost ~660 bytes each for the
+whole run, 66 MB at 100,000 examples. Here every (example, rollout) is a slot in flat arrays:
+finished flag, reward, truncation flag, and one float column per metric; errors, which are
+rare, live in a dict keyed by slot. An example id maps to its first position in the selection
+(:class:`Positions`), so a duplicated id shares one state, as it shares one checkpoint entry.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pytest_modal_eval.runstore import Checkpoint, Positions, describe_error
+
+
+class RunState:
+    def __init__(self, example_ids: Sequence[int], rollouts: int) -> None:
+        self.example_ids = example_ids
+        self.rollouts = rollouts
+        self.positions = Positions(example_ids)
+        slots = len(example_ids) * rollouts
+        self._done = bytearray(slots)
+        self._rewards = array("d", bytes(8 * slots))
+        self._truncated = bytearray(slots)
+        self._metrics: dict[str, array[float]] = {}
+        self._errors: dict[int, str] = {}  # slot -> last error of a rollout not yet finished
+        self.finished_rollouts = 0
+
+    @classmethod
+    def from_checkpoint(
+        cls, checkpoint: Checkpoint, example_ids: Sequence[int], rollouts: int
+    ) -> RunState:
+        """Fold the checkpoint in: the first finished record of a rollout wins; until there is
+        one, the newest error. Records of examples outside the selection are left on disk."""
+        state = cls(example_ids, rollouts)
+        state.add(checkpoint.read())
+        return state
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        for record in records:
+            rollout = int(record.get("rollout", 0))
+            position = self.positions.get(int(record["example_id"]))
+            if position is None or not 0 <= rollout < self.rollouts:
+                continue
+            slot = position * self.rollouts + rollout
+            if self._done[slot]:
+                continue  # a duplicate from a kill between write and bookkeeping
+            if record.get("error"):
+                self._errors[slot] = describe_error(record["error"])
+                continue
+            self._errors.pop(slot, None)
+            self._done[slot] = 1
+            self._rewards[slot] = float(record.get("reward") or 0.0)
+            self._truncated[slot] = bool(record.get("is_truncated"))
+            for name, value in (record.get("metrics") or {}).items():
+                self._set_metric(name, slot, value)
+            self.finished_rollouts += 1
+
+    def _set_metric(self, name: str, slot: int, value: Any) -> None:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return  # not a number: kept in the checkpoint, left out of the averages
+        column = self._metrics.get(name)
+        if column is None:
+            column = self._metrics[name] = array("d", [math.nan]) * len(self._done)
+        column[slot] = number
+
+    def _slots(self, example_id: int) -> range:
+        first = self.positions[example_id] * self.rollouts
+        return range(first, first + self.rollouts)
+
+    def missing(self, example_id: int) -> list[int]:
+        """The rollouts of this example without a finished record, in order."""
+        return [r for r, slot in enumerate(self._slots(example_id)) if not self._done[slot]]
+
+    def finished(self, example_id: int) -> bool:
+        return all(self._done[slot] for slot in self._slots(example_id))
+
+    def rewards(self, example_id: int) -> list[float]:
+        """Rewards of a finished example's rollouts, in rollout order."""
+        return [self._rewards[slot] for slot in self._slots(example_id)]
+
+    def error(self, example_id: int) -> str | None:
+        """The error of this example's first unfinished rollout that has one."""
+        return next((self._errors[s] for s in self._slots(example_id) if s in self._errors), None)
+
+    def any_error(self) -> str | None:
+        return next(iter(self._errors.values()), None)
+
+    def completed_ids(self) -> list[int]:
+        """Finished examples, sorted by id."""
+        return sorted({i for i in self.example_ids if self.finished(i)})
+
+    def truncated(self, example_id: int) -> int:
+        return sum(self._truncated[slot] for slot in self._slots(example_id))
+
+    def metric_means(self, example_ids: Iterable[int]) -> dict[str, float]:
+        """Each metric's mean over the rollouts of the given examples that reported it."""
+        slots = [slot for i in example_ids for slot in self._slots(i)]
+        means: dict[str, float] = {}
+        for name, column in self._metrics.items():
+            values = [column[slot] for slot in slots if not math.isnan(column[slot])]
+            if values:
+                means[name] = math.fsum(values) / len(values)
+        return means

@@ -1,0 +1,101 @@
+"""RunState: how checkpoint records fold into what a run knows about each selected example."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_modal_eval.run_state import RunState
+from pytest_modal_eval.runstore import Checkpoint
+
+
+def _record(example_id: int, rollout: int, reward: float = 1.0, **extra: Any) -> dict[str, Any]:
+    return {"example_id": example_id, "rollout": rollout, "reward": reward, "error": None, **extra}
+
+
+def _error(example_id: int, rollout: int, message: str) -> dict[str, Any]:
+    return {"example_id": example_id, "rollout": rollout, "error": {"error": message}}
+
+
+def test_first_finished_record_wins_and_errors_until_then(tmp_path: Path) -> None:
+    checkpoint = Checkpoint(tmp_path)
+    lines = [
+        _error(10, 0, "Timeout"),
+        _error(10, 0, "ConnectionError"),  # the newest error is the one reported
+        _record(11, 0, 0.25),
+        _record(11, 1, 0.75, is_truncated=True),
+        _record(11, 1, 0.0),  # a duplicate written again after a kill: the first one counts
+        _error(11, 0, "late error"),  # an error after a finished record changes nothing
+        _record(99, 0, 1.0),  # an example outside the selection
+        _record(12, 5, 1.0),  # a rollout beyond the configured count
+    ]
+    checkpoint.path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    state = RunState.from_checkpoint(checkpoint, [10, 11, 12], rollouts=2)
+
+    assert state.finished(11) and not state.finished(10) and not state.finished(12)
+    assert state.rewards(11) == [0.25, 0.75]
+    assert state.truncated(11) == 1
+    assert state.missing(10) == [0, 1] and state.missing(12) == [0, 1]
+    assert state.error(10) == "ConnectionError" and state.error(11) is None
+    assert state.error(12) is None
+    assert state.finished_rollouts == 2
+    assert state.completed_ids() == [11]
+
+
+def test_finishing_after_an_error_clears_it() -> None:
+    state = RunState([3], rollouts=1)
+    state.add([_error(3, 0, "Timeout")])
+    assert state.any_error() == "Timeout" and state.missing(3) == [0]
+    state.add([_record(3, 0, 1.0)])
+    assert state.any_error() is None and state.finished(3) and state.missing(3) == []
+
+
+def test_metric_means_cover_finished_examples_and_skip_non_numbers() -> None:
+    state = RunState([0, 1, 2], rollouts=2)
+    state.add(
+        [
+            _record(0, 0, metrics={"correct": 1.0, "note": "text"}),
+            _record(0, 1, metrics={"correct": 0.0}),
+            _record(1, 0, metrics={"correct": 1.0, "length": 20}),
+            _record(1, 1, metrics={"correct": 1.0}),
+            _record(2, 0, metrics={"correct": 0.0}),  # example 2 is unfinished
+        ]
+    )
+    assert state.metric_means([0, 1]) == {
+        "correct": pytest.approx(0.75),
+        "length": pytest.approx(20.0),
+    }
+
+
+def test_duplicate_ids_share_one_state() -> None:
+    state = RunState([5, 6, 5], rollouts=1)
+    state.add([_record(5, 0, 0.5)])
+    assert state.finished(5) and state.rewards(5) == [0.5]
+    assert state.missing(6) == [0]
+
+
+def test_non_contiguous_ids() -> None:
+    state = RunState(array("q", [1000, 7, 42]), rollouts=1)
+    state.add([_record(42, 0, 0.5), _record(1000, 0, 1.0)])
+    assert state.completed_ids() == [42, 1000]
+    assert state.missing(7) == [0]
+
+
+def test_memory_is_a_few_bytes_per_rollout() -> None:
+    n = 50_000
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        state = RunState(range(n), rollouts=1)
+        state.add(_record(i, 0, 1.0, metrics={"correct": 1.0}) for i in range(n))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert state.finished_rollouts == n
+    # flag + reward + truncation + one metric column: 18 bytes; a dict per example was ~660.
+    assert held / n < 40, f"{held / n:.0f} bytes per example"
