@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_modal_eval.adapter import dataset_rows
 from pytest_modal_eval.envs.file_qa import answers_match, final_answer, load_environment
+from pytest_modal_eval.resume import fingerprint_rows
 
 
 @pytest.mark.parametrize(
@@ -45,30 +48,42 @@ def test_answers_match(given: str, expected: str, match: bool) -> None:
 
 
 @pytest.mark.parametrize("system_prompt", [None, "", "Reply with the number only."])
-def test_prompts_are_the_ones_verifiers_builds(tmp_path: Path, system_prompt: str | None) -> None:
-    """file-qa builds the chat prompts itself (one pass, no datasets.map); they must be exactly
-    what verifiers makes of the same questions and system prompt."""
+def test_dataset_is_the_one_verifiers_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system_prompt: str | None
+) -> None:
+    """file-qa builds its dataset column-wise, in chunks, with the prompts already in it; it must
+    be exactly what verifiers makes of the same rows and system prompt its own way."""
     import verifiers as vf
     from datasets import Dataset
 
+    from pytest_modal_eval.envs import file_qa
+
+    monkeypatch.setattr(file_qa, "CHUNK_ROWS", 2)  # 5 rows: chunks of 2, 2 and 1
+    lines = [
+        {"question": "What is 2 + 2?", "answer": 4, "source": "x", "level": 1},
+        {"question": "Capital of France?", "answer": "Paris"},
+        {"question": "Largest planet?", "answer": "Jupiter", "source": "y"},
+        {"question": "7 * 6?", "answer": "42"},
+        {"question": "Boiling point of water in C?", "answer": "100", "level": 2},
+    ]
     data = tmp_path / "qa.jsonl"
-    data.write_text(
-        '{"question": "What is 2 + 2?", "answer": "4", "source": "x"}\n'
-        '{"question": "Capital of France?", "answer": "Paris"}\n'
-    )
-    ours = load_environment(str(data), system_prompt=system_prompt)
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    ours = dataset_rows(load_environment(str(data), system_prompt=system_prompt), None)
+    # verifiers' way, as file-qa did it before: one dict per row, info only where there is one.
+    reference_rows = []
+    for line in lines:
+        row: dict[str, Any] = {"question": line["question"], "answer": str(line["answer"])}
+        extra = {k: v for k, v in line.items() if k not in ("question", "answer")}
+        if extra:
+            row["info"] = extra
+        reference_rows.append(row)
     reference = vf.SingleTurnEnv(
-        eval_dataset=Dataset.from_list(
-            [
-                {"question": "What is 2 + 2?", "answer": "4"},
-                {"question": "Capital of France?", "answer": "Paris"},
-            ]
-        ),
+        eval_dataset=Dataset.from_list(reference_rows),
         system_prompt=system_prompt,
         rubric=vf.Rubric(funcs=[]),
     )
-    built = dataset_rows(ours, None)
     expected = dataset_rows(reference, None)
-    assert [row["prompt"] for row in built] == [row["prompt"] for row in expected]
-    assert [row["example_id"] for row in built] == [0, 1]
-    assert built[0]["prompt"][-1] == {"role": "user", "content": "What is 2 + 2?"}
+    assert list(ours) == list(expected)
+    assert fingerprint_rows(ours) == fingerprint_rows(expected)
+    assert ours[0]["prompt"][-1] == {"role": "user", "content": "What is 2 + 2?"}
+    assert ours[0]["info"] == {"source": "x", "level": 1}
