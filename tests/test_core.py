@@ -346,7 +346,7 @@ def test_junit_properties(project: BenchmarkProject) -> None:
     project.add("alpha", n=8)
     project.run("--junitxml=report.xml")
     tree = ET.parse(project.pytester.path / "report.xml")
-    props = {p.get("name"): p.get("value") for p in tree.iter("property")}
+    props = {p.get("name"): p.get("value", "") for p in tree.iter("property")}
     for name in (
         "avg_reward",
         "stderr",

@@ -59,7 +59,7 @@ def test_dataset_is_the_one_verifiers_builds(
     from pytest_modal_eval.envs import file_qa
 
     monkeypatch.setattr(file_qa, "CHUNK_ROWS", 2)  # 5 rows: chunks of 2, 2 and 1
-    lines = [
+    lines: list[dict[str, Any]] = [
         {"question": "What is 2 + 2?", "answer": 4, "source": "x", "level": 1},
         {"question": "Capital of France?", "answer": "Paris"},
         {"question": "Largest planet?", "answer": "Jupiter", "source": "y"},
