@@ -77,6 +77,17 @@ def test_duplicate_ids_share_one_state() -> None:
     state.add([_record(5, 0, 0.5)])
     assert state.finished(5) and state.rewards(5) == [0.5]
     assert state.missing(6) == [0]
+    assert state.completed_ids() == [5]
+
+
+def test_an_example_is_finished_only_with_every_rollout() -> None:
+    state = RunState([0, 1], rollouts=3)
+    state.add([_record(0, 2, 0.5), _record(0, 0, 1.0)])
+    assert not state.finished(0) and state.missing(0) == [1]
+    assert state.completed_ids() == []
+    state.add([_record(0, 1, 0.0)])
+    assert state.finished(0) and state.rewards(0) == [1.0, 0.0, 0.5]
+    assert state.completed_ids() == [0] and state.finished_rollouts == 3
 
 
 def test_non_contiguous_ids() -> None:
