@@ -31,7 +31,7 @@ class PassedExampleLog:
         self._config = config
         self._ihook = item.ihook  # a lookup per access; the item's hooks do not change
         call = pytest.CallInfo.from_call(lambda: None, when="call")
-        report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+        report = self._ihook.pytest_runtest_makereport(item=item, call=call)
         self._template: dict[str, Any] = config.hook.pytest_report_to_serializable(
             config=config, report=report
         )
@@ -51,9 +51,7 @@ class PassedExampleLog:
             "stop": now,
             "duration": 0.0,
             "sections": [],
-            "user_properties": list(self._item.user_properties)
-            if self._item.user_properties
-            else [],
+            "user_properties": list(self._item.user_properties),
             "_report_type": "SubTestReport",
             # Deserializing stores each keyword value as its repr, as subtests.test() does.
             "_subtest.context": {"msg": msg, "kwargs": kwargs},
