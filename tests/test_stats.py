@@ -126,9 +126,12 @@ def test_summarize_example_without_rollouts_is_an_error() -> None:
         summarize({"1": [1.0], "2": []})
 
 
-def test_summarize_non_finite_reward_is_an_error() -> None:
+@pytest.mark.parametrize(
+    "rewards", [[math.nan], [math.inf], [math.inf, -math.inf], [1e308, 1e308]], ids=str
+)
+def test_summarize_non_finite_reward_is_an_error(rewards: list[float]) -> None:
     with pytest.raises(ValueError, match="NaN or infinite"):
-        summarize({"1": [1.0], "2": [math.nan]})
+        summarize({"1": [1.0], "2": rewards})
 
 
 def test_summarize_single_example_has_undefined_spread_as_json_null() -> None:
