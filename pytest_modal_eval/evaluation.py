@@ -179,7 +179,6 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     checkpoint = Checkpoint(run_dir)
     selected_ids = rows.example_ids()
     state = RunState.from_checkpoint(checkpoint, selected_ids, rollouts)
-    finished_before = sum(1 for i in selected_ids if state.finished(i))
     run_config = _run_config(request, run_id, run_dir, answer_hash, fields, slug, len(rows))
     if prior is None or not (run_dir / "run_config.json").exists():
         write_json_atomic(run_dir / "run_config.json", run_config)
@@ -198,6 +197,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
             on_example(
                 ExampleResult(example_id, rewards, None, done, total, reward_sum / counted, True)
             )
+    finished_before = done
 
     consecutive_errors = 0
     start_time = datetime.now(UTC).isoformat()
