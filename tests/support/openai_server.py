@@ -199,12 +199,17 @@ async def serve(args: argparse.Namespace) -> None:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     print(f"listening on http://127.0.0.1:{port}", flush=True)
+    await until_stop_signal()
+    await runner.cleanup()
+
+
+async def until_stop_signal() -> None:
+    """Return on SIGINT or SIGTERM (a server's way to stop cleanly when its parent says so)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await runner.cleanup()
 
 
 def main() -> None:

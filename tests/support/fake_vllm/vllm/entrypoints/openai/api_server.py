@@ -27,12 +27,11 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
 
 from aiohttp import web
 
-from tests.support.openai_server import FakeModel, build_app
+from tests.support.openai_server import FakeModel, build_app, until_stop_signal
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -75,11 +74,7 @@ async def serve(host: str, port: int, served: str, startup_s: float) -> None:
     # A taken port raises "[Errno 98] ... address already in use" here, as vLLM's bind does.
     await web.TCPSite(runner, host, port).start()
     print(f"fake vLLM: serving {served!r} on http://{host}:{port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stop_signal()
     print("fake vLLM: shutting down", flush=True)
     await runner.cleanup()
 
