@@ -194,10 +194,6 @@ async def run_examples(
         await _close(client)
 
 
-#: How long a new connection may take before the request fails (verifiers' default).
-CONNECT_TIMEOUT_S = 5.0
-
-
 def chat_client(
     endpoint: Endpoint,
     *,
@@ -206,18 +202,20 @@ def chat_client(
     max_connections: int,
     extra_headers: dict[str, str] | None = None,
 ) -> Any:
-    """verifiers' chat-completions client over an ``AsyncOpenAI`` built here, on aiohttp.
+    """verifiers' chat-completions client, its requests sent by :class:`DirectOpenAI`.
 
-    verifiers builds its client on an ``httpx.AsyncClient``, whose connection pool scans every
-    connection for every request (``_assign_requests_to_connections``, ``is_idle``): at 64
-    requests in flight that capped a run at ~90 requests/s on one core. openai's
-    ``DefaultAioHttpClient`` keeps the same API and options on aiohttp's pool, which does not
-    (see benchmarks/). Key and headers are resolved exactly as verifiers resolves them.
+    The ``AsyncOpenAI`` built here (on openai's aiohttp transport: httpx's connection pool
+    scans every connection for every request, which capped a run at ~90 requests/s) holds the
+    key, headers, retries and timeouts; :class:`DirectOpenAI` sends verifiers' per-rollout
+    request with exactly those and passes every other call to it. Key and headers are resolved
+    exactly as verifiers resolves them.
     """
     import openai
     from verifiers.clients import OpenAIChatCompletionsClient
     from verifiers.types import ClientConfig
     from verifiers.utils.client_utils import _build_headers_and_api_key
+
+    from pytest_modal_eval.direct_client import CONNECT_TIMEOUT_S, DirectOpenAI
 
     config = ClientConfig(
         api_base_url=endpoint.base_url,
@@ -225,10 +223,10 @@ def chat_client(
         extra_headers={**dict(endpoint.headers), **(extra_headers or {})},
     )
     headers, api_key = _build_headers_and_api_key(config)
+    http = _http()
     http_options: dict[str, Any] = {
-        "headers": headers,
-        "timeout": _http().Timeout(request_timeout, connect=CONNECT_TIMEOUT_S),
-        "limits": _http().Limits(
+        "timeout": http.Timeout(request_timeout, connect=CONNECT_TIMEOUT_S),
+        "limits": http.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
         "follow_redirects": False,  # as verifiers' client: a redirect is an answer, not a hop
@@ -237,12 +235,16 @@ def chat_client(
         http_client = openai.DefaultAioHttpClient(**http_options)
     except RuntimeError:  # an openai without its aiohttp transport: fall back to httpx
         http_client = openai.DefaultAsyncHttpxClient(**http_options)
+    sdk = openai.AsyncOpenAI(
+        api_key=api_key or "EMPTY",
+        base_url=endpoint.base_url,
+        max_retries=max_retries,
+        default_headers=headers,
+        http_client=http_client,
+    )
     return OpenAIChatCompletionsClient(
-        openai.AsyncOpenAI(
-            api_key=api_key or "EMPTY",
-            base_url=endpoint.base_url,
-            max_retries=max_retries,
-            http_client=http_client,
+        DirectOpenAI(
+            sdk, request_timeout=request_timeout, max_connections=max_connections, http=http
         )
     )
 

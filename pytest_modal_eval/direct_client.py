@@ -1,0 +1,241 @@
+"""The one request verifiers makes per rollout, sent straight over aiohttp.
+
+verifiers' chat client (``OpenAIChatCompletionsClient``) sends each rollout's request with
+``AsyncOpenAI.post(path, body=..., cast_to=httpx.Response, options={"headers": ...})`` and
+reads the raw bytes back. Through the SDK that call builds options and an httpx request, merges
+headers, parses the URL and hands the request to aiohttp through a transport adapter: ~0.8 ms
+of CPU per request, as much as everything else verifiers does for a single-turn rollout, and at
+64 requests in flight that CPU is what held a run below the server's pace (see README,
+Performance). :class:`DirectOpenAI` takes that call's place and sends the request on one
+aiohttp session itself; everything else it is asked for goes to the real ``AsyncOpenAI``.
+
+What stays as the SDK does it, so verifiers sees no difference (tests/test_direct_client.py
+checks each against the SDK on the same server): the headers (the SDK's own default and auth
+headers plus the call's), the JSON body bytes, the timeouts (5 s to connect, the request timeout
+between reads), which answers are retried (connection failures, timeouts, 408, 409, 429, 5xx,
+or as ``x-should-retry`` says), the wait before a retry (``retry-after-ms``/``Retry-After`` up to
+two minutes, else 0.5 s doubling to 8 s, less up to 25 % jitter), and the error raised at the end
+(openai's own ``BadRequestError``, ``AuthenticationError``, ... with the same message and body,
+``APITimeoutError``, ``APIConnectionError``), which verifiers' error handling depends on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import random
+import time
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import Any
+
+import aiohttp
+
+#: Seconds to open a connection (the SDK's and verifiers' default).
+CONNECT_TIMEOUT_S = 5.0
+#: The SDK's backoff: 0.5 s doubling to at most 8 s; a server may ask for up to two minutes.
+INITIAL_RETRY_DELAY_S = 0.5
+MAX_RETRY_DELAY_S = 8.0
+MAX_RETRY_AFTER_S = 120.0
+RETRY_STATUSES = frozenset({408, 409, 429})
+
+
+class DirectOpenAI:
+    """Stands in for the ``AsyncOpenAI`` verifiers' chat client posts through.
+
+    ``post`` with a raw-response ``cast_to`` and at most per-call headers is sent here; any
+    other call, and every attribute verifiers might read, is the wrapped SDK client's.
+    """
+
+    def __init__(
+        self, sdk: Any, *, request_timeout: float, max_connections: int, http: Any
+    ) -> None:
+        self._sdk = sdk
+        self._http = http  # the httpx flavour the SDK is built on (for its Request/Response)
+        self._base = str(sdk.base_url).rstrip("/") + "/"
+        self._max_retries: int = sdk.max_retries
+        self._raw_types = _raw_response_types(http)
+        self._headers = {
+            name: value
+            for name, value in {**sdk.default_headers, **sdk.auth_headers}.items()
+            if isinstance(value, str)  # the SDK's Omit() markers mean "send no such header"
+        }
+        self._timeout = aiohttp.ClientTimeout(
+            sock_connect=CONNECT_TIMEOUT_S, sock_read=request_timeout, connect=request_timeout
+        )
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sdk, name)
+
+    async def post(
+        self,
+        path: str,
+        *,
+        body: Any = None,
+        cast_to: Any,
+        options: Mapping[str, Any] | None = None,
+        **rest: Any,
+    ) -> Any:
+        options = options or {}
+        if rest or cast_to not in self._raw_types or set(options) - {"headers"}:
+            return await self._sdk.post(path, body=body, cast_to=cast_to, options=options, **rest)
+        headers = self._headers
+        if extra := options.get("headers"):
+            headers = {**headers, **extra}
+            headers = {name: value for name, value in headers.items() if isinstance(value, str)}
+        return await self._send(self._base + path.lstrip("/"), headers, dumps(body))
+
+    async def _send(self, url: str, headers: dict[str, str], data: bytes) -> Any:
+        session = self._session or self._open()
+        retries_taken = 0
+        while True:
+            try:
+                async with session.post(
+                    url, data=data, headers=headers, timeout=self._timeout, allow_redirects=False
+                ) as answer:
+                    content = await answer.read()
+                    status, raw_headers = answer.status, answer.raw_headers
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if retries_taken < self._max_retries:
+                    await asyncio.sleep(retry_delay(retries_taken, None))
+                    retries_taken += 1
+                    continue
+                raise self._transport_error(url, exc) from exc
+            if 200 <= status < 300:
+                return self._http.Response(status, headers=raw_headers, content=content)
+            response = self._http.Response(
+                status, headers=raw_headers, content=content, request=self._request(url)
+            )
+            if retries_taken < self._max_retries and should_retry(status, response.headers):
+                await asyncio.sleep(retry_delay(retries_taken, response.headers))
+                retries_taken += 1
+                continue
+            raise status_error(response)
+
+    def _open(self) -> aiohttp.ClientSession:
+        # Opened on first use, inside the event loop that runs the requests.
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._max_connections)
+        )
+        return self._session
+
+    def _request(self, url: str) -> Any:
+        return self._http.Request("POST", url)
+
+    def _transport_error(self, url: str, exc: BaseException) -> Exception:
+        import openai
+
+        if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+            return openai.APITimeoutError(request=self._request(url))
+        return openai.APIConnectionError(request=self._request(url))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        await self._sdk.close()
+
+
+def dumps(body: Any) -> bytes:
+    """JSON as the SDK sends it: compact, UTF-8, no NaN; dates and pydantic models allowed."""
+    return json.dumps(
+        body, default=_json_default, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    ).encode()
+
+
+def _json_default(value: Any) -> Any:
+    import pydantic
+
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(exclude_unset=True, mode="json", by_alias=True)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """The wait a server asks for (``retry-after-ms``, then ``Retry-After`` in seconds or as a
+    date), or None."""
+    for name, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            delay = float(value)
+        except ValueError:
+            continue
+        if delay == math.inf and value.strip().lower() not in ("inf", "+inf", "infinity"):
+            return MAX_RETRY_AFTER_S + 1  # an overflowing number: too long, not malformed
+        return delay / divisor
+    when = email.utils.parsedate_tz(headers.get("retry-after") or "")
+    if when is None:
+        return None
+    try:
+        return float(email.utils.mktime_tz(when) - time.time())
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def should_retry(status: int, headers: Mapping[str, str]) -> bool:
+    asked = retry_after_s(headers)
+    if asked is not None and math.isfinite(asked) and asked > MAX_RETRY_AFTER_S:
+        return False
+    explicit = headers.get("x-should-retry")
+    if explicit in ("true", "false"):
+        return explicit == "true"
+    return status in RETRY_STATUSES or status >= 500
+
+
+def retry_delay(retries_taken: int, headers: Mapping[str, str] | None) -> float:
+    asked = retry_after_s(headers) if headers is not None else None
+    if asked is not None and math.isfinite(asked) and 0 < asked <= MAX_RETRY_AFTER_S:
+        return asked
+    backoff = min(INITIAL_RETRY_DELAY_S * 2.0 ** min(retries_taken, 1000), MAX_RETRY_DELAY_S)
+    return backoff * (1 - 0.25 * random.random())
+
+
+def status_error(response: Any) -> Exception:
+    """openai's exception for an error answer, with the message and body the SDK gives it."""
+    import openai
+
+    message = f"Error code: {response.status_code}"
+    body: Any = response.text.strip()
+    try:
+        body = json.loads(body)
+    except ValueError:
+        pass
+    else:
+        details = body.get("error", body) if isinstance(body, Mapping) else None
+        detail = details.get("message") if isinstance(details, Mapping) else None
+        if isinstance(detail, str) and detail:
+            message += f" - {detail}"
+    kind = {
+        400: openai.BadRequestError,
+        401: openai.AuthenticationError,
+        403: openai.PermissionDeniedError,
+        404: openai.NotFoundError,
+        409: openai.ConflictError,
+        422: openai.UnprocessableEntityError,
+        429: openai.RateLimitError,
+    }.get(response.status_code)
+    if kind is None:
+        kind = openai.InternalServerError if response.status_code >= 500 else openai.APIStatusError
+    # The exception carries the "error" object when the body has one, as the SDK's does.
+    data = body.get("error", body) if isinstance(body, Mapping) else body
+    return kind(message, response=response, body=data)
+
+
+def _raw_response_types(http: Any) -> tuple[type, ...]:
+    """The ``cast_to`` values that ask for the raw HTTP response (httpx's and its successor's)."""
+    types: list[type] = [http.Response]
+    try:
+        import httpx
+
+        types.append(httpx.Response)
+    except ImportError:  # pragma: no cover - httpx comes with verifiers
+        pass
+    return tuple(types)

@@ -1,0 +1,368 @@
+"""DirectOpenAI against the SDK it stands in for, on a real scripted server on 127.0.0.1.
+
+Each scenario is played twice from the same script: once through ``AsyncOpenAI.post`` (what
+verifiers called before) and once through :class:`DirectOpenAI`. The server records every
+request; the two runs must send the same requests (headers, body bytes, number of attempts) and
+end the same way (the same bytes back, or the same openai exception with the same message,
+status and body). A drift after an openai upgrade fails here, not in a user's evaluation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from aiohttp import web
+from verifiers.clients import OpenAIChatCompletionsClient
+from verifiers.errors import OverlongPromptError
+
+from pytest_modal_eval import adapter
+from pytest_modal_eval.direct_client import (
+    DirectOpenAI,
+    dumps,
+    retry_after_s,
+    retry_delay,
+    should_retry,
+)
+
+PATH = "/chat/completions"
+BODY = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "Grüße — what is 2 + 2? ✓"}],
+    "max_completion_tokens": 8,
+    "temperature": 0.0,
+}
+COMPLETION = {
+    "id": "c-1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+}
+OVERLONG = {
+    "object": "error",
+    "message": "This model's maximum context length is 2048 tokens. However, you requested 4000.",
+    "type": "BadRequestError",
+    "code": 400,
+}
+# Headers that belong to one transport or one attempt, not to what the caller asked to send.
+PER_TRANSPORT = {"host", "content-length", "accept-encoding", "connection", "user-agent"}
+
+
+@dataclass
+class Answer:
+    status: int = 200
+    body: Any = field(default_factory=lambda: COMPLETION)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    drop: bool = False  # close the connection without answering
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class ScriptedServer:
+    """Answers requests in order from a script (the last answer repeats) and records them."""
+
+    def __init__(self, script: list[Answer]) -> None:
+        self.script = list(script)
+        self.seen: list[Seen] = []
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(Seen(request.path, dict(request.headers), await request.read()))
+        answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if answer.delay_s:
+            await asyncio.sleep(answer.delay_s)
+        if answer.drop:
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response()
+        text = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
+        content_type = "text/plain" if isinstance(answer.body, str) else "application/json"
+        return web.Response(
+            status=answer.status, text=text, content_type=content_type, headers=answer.headers
+        )
+
+
+def sdk_client(base_url: str, *, max_retries: int, timeout: float = 30.0) -> openai.AsyncOpenAI:
+    http = adapter._http()
+    return openai.AsyncOpenAI(
+        api_key="sk-test-0123",
+        base_url=base_url,
+        max_retries=max_retries,
+        default_headers={"X-Route": "eval-7"},
+        http_client=openai.DefaultAioHttpClient(
+            timeout=http.Timeout(timeout, connect=5.0), follow_redirects=False
+        ),
+    )
+
+
+def direct(sdk: openai.AsyncOpenAI, timeout: float = 30.0) -> DirectOpenAI:
+    return DirectOpenAI(sdk, request_timeout=timeout, max_connections=8, http=adapter._http())
+
+
+@dataclass
+class Outcome:
+    content: bytes | None
+    error: BaseException | None
+    seen: list[Seen]
+
+
+Post = Callable[[Any], Awaitable[Any]]
+
+
+def play(
+    script: list[Answer],
+    *,
+    use_direct: bool,
+    max_retries: int = 0,
+    timeout: float = 30.0,
+    options: dict[str, Any] | None = None,
+    base_url: str | None = None,
+) -> Outcome:
+    async def scenario() -> Outcome:
+        server = ScriptedServer(script)
+        url = await server.__aenter__()
+        sdk = sdk_client(base_url or url, max_retries=max_retries, timeout=timeout)
+        client: Any = direct(sdk, timeout) if use_direct else sdk
+        content, error = None, None
+        try:
+            response = await client.post(
+                PATH, body=BODY, cast_to=httpx.Response, options=options or {}
+            )
+            content = response.content
+        except openai.APIError as exc:
+            error = exc
+        finally:
+            await client.close()
+            await server.__aexit__()
+        return Outcome(content, error, server.seen)
+
+    random.seed(0)
+    return asyncio.run(scenario())
+
+
+def caller_headers(seen: Seen) -> dict[str, str]:
+    lowered = {name.lower(): value for name, value in seen.headers.items()}
+    return {
+        name: value
+        for name, value in lowered.items()
+        if name not in PER_TRANSPORT and not name.startswith("x-stainless-")
+    }
+
+
+def assert_same(sdk: Outcome, ours: Outcome) -> None:
+    assert len(ours.seen) == len(sdk.seen)
+    for a, b in zip(sdk.seen, ours.seen, strict=True):
+        assert (b.path, b.body) == (a.path, a.body)
+        assert caller_headers(b) == caller_headers(a)
+    assert ours.content == sdk.content
+    assert type(ours.error) is type(sdk.error)
+    if sdk.error is not None:
+        assert str(ours.error) == str(sdk.error)
+        assert getattr(ours.error, "status_code", None) == getattr(sdk.error, "status_code", None)
+        assert getattr(ours.error, "body", None) == getattr(sdk.error, "body", None)
+
+
+FAST = {"retry-after-ms": "10"}  # the SDK honours it, so retry scenarios take milliseconds
+
+SCENARIOS: dict[str, tuple[list[Answer], int]] = {
+    "ok": ([Answer()], 2),
+    "overlong prompt (400)": ([Answer(400, OVERLONG)], 2),
+    "bad key (401)": ([Answer(401, {"error": {"message": "bad key"}})], 2),
+    "forbidden (403)": ([Answer(403, {"error": {"message": "no"}})], 2),
+    "unknown model (404)": (
+        [Answer(404, {"error": {"message": "The model `m` does not exist."}})],
+        2,
+    ),
+    "unprocessable (422)": ([Answer(422, {"detail": "bad field"})], 2),
+    "5xx then ok": ([Answer(500, {"error": "x"}, FAST), Answer(503, "busy", FAST), Answer()], 2),
+    "5xx until the budget is spent": ([Answer(502, "bad gateway", FAST)], 2),
+    "429 then ok": ([Answer(429, {"error": {"message": "slow"}}, FAST), Answer()], 1),
+    "408 and 409 are retried": ([Answer(408, "", FAST), Answer(409, "", FAST), Answer()], 3),
+    "x-should-retry false": ([Answer(500, "no", {"x-should-retry": "false"})], 3),
+    "x-should-retry true on a 400": (
+        [Answer(400, "again", {"x-should-retry": "true", **FAST}), Answer()],
+        1,
+    ),
+    "Retry-After over two minutes": ([Answer(503, "later", {"retry-after": "600"})], 2),
+    "redirect is an answer": ([Answer(302, "", {"Location": "/elsewhere"})], 2),
+    "no retries allowed": ([Answer(500, {"message": "boom"})], 0),
+}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_same_requests_and_outcome_as_the_sdk(name: str) -> None:
+    script, retries = SCENARIOS[name]
+    sdk = play(script, use_direct=False, max_retries=retries)
+    ours = play(script, use_direct=True, max_retries=retries)
+    assert_same(sdk, ours)
+    assert ours.seen, "the server saw no request"
+
+
+def test_sends_key_and_call_headers() -> None:
+    ours = play([Answer()], use_direct=True, options={"headers": {"X-Call": "1"}})
+    sdk = play([Answer()], use_direct=False, options={"headers": {"X-Call": "1"}})
+    assert_same(sdk, ours)
+    sent = caller_headers(ours.seen[0])
+    assert sent["authorization"] == "Bearer sk-test-0123"
+    assert (sent["x-route"], sent["x-call"]) == ("eval-7", "1")
+    assert sent["content-type"] == "application/json"
+    assert json.loads(ours.seen[0].body) == BODY
+
+
+def test_read_timeout_is_an_api_timeout_error_after_the_retries() -> None:
+    script = [Answer(delay_s=1.0)]
+    sdk = play(script, use_direct=False, max_retries=1, timeout=0.2)
+    ours = play(script, use_direct=True, max_retries=1, timeout=0.2)
+    assert isinstance(ours.error, openai.APITimeoutError)
+    assert_same(sdk, ours)
+
+
+def test_refused_connection_is_an_api_connection_error() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    sdk = play([Answer()], use_direct=False, max_retries=0, base_url=closed)
+    ours = play([Answer()], use_direct=True, max_retries=0, base_url=closed)
+    assert type(ours.error) is openai.APIConnectionError
+    assert str(ours.error) == "Connection error."
+    # The SDK's aiohttp transport maps every aiohttp connection error to a connect *timeout*;
+    # a refused connection is not one. verifiers makes both a ModelError for the rollout.
+    assert isinstance(sdk.error, openai.APIConnectionError)
+
+
+def test_dropped_connection_is_retried_then_succeeds() -> None:
+    ours = play([Answer(drop=True), Answer()], use_direct=True, max_retries=1)
+    assert ours.error is None and json.loads(ours.content or b"") == COMPLETION
+    assert len(ours.seen) == 2
+
+
+def test_dropped_connection_without_retries_is_a_connection_error() -> None:
+    # (The SDK's aiohttp transport reports a dropped connection as a timeout; a connection
+    # error is the truth, and verifiers treats both the same: a ModelError for the rollout.)
+    ours = play([Answer(drop=True)], use_direct=True, max_retries=0)
+    assert type(ours.error) is openai.APIConnectionError
+    assert len(ours.seen) == 1
+
+
+def test_other_calls_go_to_the_sdk() -> None:
+    async def scenario() -> tuple[Any, list[Seen]]:
+        server = ScriptedServer([Answer()])
+        url = await server.__aenter__()
+        client = direct(sdk_client(url, max_retries=0))
+        try:
+            parsed = await client.post(
+                PATH, body=BODY, cast_to=openai.types.chat.ChatCompletion, options={}
+            )
+            assert client.max_retries == 0 and str(client.base_url) == url + "/"
+        finally:
+            await client.close()
+            await server.__aexit__()
+        return parsed, server.seen
+
+    parsed, seen = asyncio.run(scenario())
+    assert isinstance(parsed, openai.types.chat.ChatCompletion)
+    assert parsed.choices[0].message.content == "4" and len(seen) == 1
+
+
+def test_verifiers_sees_an_overlong_prompt_through_the_direct_client() -> None:
+    async def scenario() -> BaseException | None:
+        server = ScriptedServer([Answer(400, OVERLONG)])
+        url = await server.__aenter__()
+        client = OpenAIChatCompletionsClient(direct(sdk_client(url, max_retries=2)))
+        try:
+            await client.get_native_response(BODY["messages"], "m", {"max_tokens": 8})
+        except Exception as exc:
+            return exc
+        finally:
+            await client.close()
+            await server.__aexit__()
+        return None
+
+    error = asyncio.run(scenario())
+    assert isinstance(error, OverlongPromptError)
+    assert isinstance(error.__cause__, openai.BadRequestError)
+
+
+def test_body_bytes_match_the_sdk_encoder() -> None:
+    from datetime import UTC, datetime
+
+    from openai.types.chat import ChatCompletionMessage
+
+    body = {
+        "messages": [ChatCompletionMessage(role="assistant", content="é")],
+        "when": datetime(2026, 11, 26, tzinfo=UTC),
+        "n": [1, 2.5, None, True],
+    }
+    from openai._utils._json import openapi_dumps  # the SDK's encoder, to compare against
+
+    assert dumps(body) == openapi_dumps(body)
+    with pytest.raises(ValueError):
+        dumps({"x": float("nan")})
+
+
+RETRY_HEADERS = [
+    {},
+    {"retry-after-ms": "250"},
+    {"retry-after": "3"},
+    {"retry-after": "0"},
+    {"retry-after": "121"},
+    {"retry-after": "1e999"},
+    {"retry-after": "soon"},
+    {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"},
+    {"retry-after": email.utils.formatdate(time.time() + 30, usegmt=True)},
+    {"x-should-retry": "true"},
+    {"x-should-retry": "false"},
+]
+
+
+@pytest.mark.parametrize("headers", RETRY_HEADERS, ids=lambda h: repr(h) if h else "none")
+@pytest.mark.parametrize("status", [400, 408, 409, 429, 500, 503])
+def test_retry_decision_matches_the_sdk(headers: dict[str, str], status: int) -> None:
+    http = adapter._http()
+    sdk = openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=4)
+    response = http.Response(status, headers=headers, request=http.Request("POST", "http://x"))
+    assert should_retry(status, response.headers) == sdk._should_retry(response)
+    slack = 1.0 if "GMT" in str(headers) else 0.0  # a date is read against the clock, twice
+    expected = sdk._parse_retry_after_header(response.headers)
+    assert retry_after_s(response.headers) == pytest.approx(expected, abs=slack)
+    for taken in range(4):
+        random.seed(taken)
+        ours = retry_delay(taken, response.headers)
+        random.seed(taken)
+        options = openai._models.FinalRequestOptions.construct(method="post", url="/x")
+        theirs = sdk._calculate_retry_timeout(4 - taken, options, response.headers)
+        assert ours == pytest.approx(theirs, abs=slack)
