@@ -343,7 +343,7 @@ RETRY_HEADERS = [
     {"retry-after": "1e999"},
     {"retry-after": "soon"},
     {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"},
-    {"retry-after": email.utils.formatdate(time.time() + 30, usegmt=True)},
+    {"retry-after": "<a date 30 s from now>"},
     {"x-should-retry": "true"},
     {"x-should-retry": "false"},
 ]
@@ -352,6 +352,8 @@ RETRY_HEADERS = [
 @pytest.mark.parametrize("headers", RETRY_HEADERS, ids=lambda h: repr(h) if h else "none")
 @pytest.mark.parametrize("status", [400, 408, 409, 429, 500, 503])
 def test_retry_decision_matches_the_sdk(headers: dict[str, str], status: int) -> None:
+    if headers.get("retry-after", "").startswith("<a date"):
+        headers = {"retry-after": email.utils.formatdate(time.time() + 30, usegmt=True)}
     http = adapter._http()
     sdk = openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=4)
     response = http.Response(status, headers=headers, request=http.Request("POST", "http://x"))
