@@ -1,10 +1,11 @@
 """The plugin's verifiers layer alone: ``adapter.run_examples`` with no pytest around it.
 
 ``python -m benchmarks._verifiers_loop --data F --base-url URL --concurrency N --out J
-[--client aiohttp|httpx]`` runs every row of a file-qa JSONL once and writes JSON with each
-example's completion time and the CPU used between the first and the last. ``--client httpx``
-builds the client as the adapter did before (verifiers' own ``ClientConfig`` -> httpx pool),
-to show in the same run what the aiohttp transport changed.
+[--client direct|sdk|httpx]`` runs every row of a file-qa JSONL once and writes JSON with each
+example's completion time and the CPU used between the first and the last. The other clients
+are the adapter's earlier ones, to show in the same run what each change did: ``sdk`` sends
+through ``AsyncOpenAI`` on openai's aiohttp transport (no ``DirectOpenAI``), ``httpx`` is
+verifiers' own ``ClientConfig`` client (httpx's pool).
 """
 
 from __future__ import annotations
@@ -39,16 +40,28 @@ def _verifiers_default_client(endpoint: adapter.Endpoint, **options: Any) -> Any
     )
 
 
+def _sdk_client(endpoint: adapter.Endpoint, **options: Any) -> Any:
+    """The adapter's client before DirectOpenAI: verifiers' client on the bare AsyncOpenAI."""
+    client = _direct_client(endpoint, **options)
+    client._client = client.client._sdk
+    return client
+
+
+_direct_client = adapter.chat_client
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--client", choices=("aiohttp", "httpx"), default="aiohttp")
+    parser.add_argument("--client", choices=("direct", "sdk", "httpx"), default="direct")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.client == "httpx":
         adapter.chat_client = _verifiers_default_client
+    elif args.client == "sdk":
+        adapter.chat_client = _sdk_client
     env = adapter.load_environment(
         "file-qa", {"path": str(args.data), "system_prompt": SYSTEM_PROMPT}, args.data.parent
     )

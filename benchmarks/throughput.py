@@ -6,7 +6,8 @@ demo's system prompt and sampling (temperature 0, 16 tokens), 64 requests in fli
 
 - raw client: aiohttp posting the exact bodies verifiers sends, nothing else;
 - verifiers layer: the plugin's adapter (``run_examples``) alone, no pytest around it; with
-  ``--before`` also on verifiers' own httpx client, as the adapter was before;
+  ``--before`` also on the adapter's earlier clients: the openai SDK's request path (before
+  ``DirectOpenAI``) and verifiers' own httpx client (before the aiohttp transport);
 - plugin: ``pytest evals --model tiny-arith --base-url ...`` (collection, verifiers, scoring,
   checkpoint, one subtest per example, results files);
 - plugin via proxy: the same with the plugin's ``ProxyThread`` in front of vLLM inside the
@@ -55,7 +56,7 @@ def main() -> int:
     parser.add_argument(
         "--before",
         action="store_true",
-        help="also run the verifiers layer on verifiers' own httpx client (the old adapter)",
+        help="also run the verifiers layer on the adapter's earlier clients (SDK path, httpx)",
     )
     parser.add_argument(
         "--isolate",
@@ -69,7 +70,8 @@ def main() -> int:
     names = [
         "raw async client (aiohttp)",
         "verifiers layer, verifiers' httpx client (before)",
-        "verifiers layer, aiohttp transport (adapter)",
+        "verifiers layer, openai SDK on aiohttp (before)",
+        "verifiers layer, DirectOpenAI (adapter)",
         "plugin -> vLLM",
         "plugin -> proxy -> vLLM",
     ]
@@ -87,12 +89,14 @@ def main() -> int:
             contenders: dict[str, Callable[[], Run]] = {
                 names[0]: lambda: raw_client(url, bodies, CONCURRENCY),
                 names[1]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="httpx"),
-                names[2]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="aiohttp"),
-                names[3]: lambda: run_plugin(project, url),
-                names[4]: lambda: run_plugin(project, url, proxy_upstream=url),
+                names[2]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="sdk"),
+                names[3]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="direct"),
+                names[4]: lambda: run_plugin(project, url),
+                names[5]: lambda: run_plugin(project, url, proxy_upstream=url),
             }
             if not args.before:
-                del contenders[names[1]], runs[names[1]]
+                for name in names[1:3]:
+                    del contenders[name], runs[name]
             for round_ in range(1, args.repeats + 1):
                 for name, contender in contenders.items():
                     log(f"round {round_}/{args.repeats}: {name}")
@@ -100,7 +104,7 @@ def main() -> int:
                     if run.errors or run.returncode not in (0, 1):
                         log(f"warning: {run.errors} errors, exit code {run.returncode}")
                     runs[name].append(run)
-                plugin_wall.append(runs[names[3]][-1].wall_s)
+                plugin_wall.append(runs[names[4]][-1].wall_s)
                 log(f"round {round_}/{args.repeats}: vf-eval")
                 vf_wall.append(run_vf_eval(url, data, args.examples, CONCURRENCY, root).wall_s)
 
