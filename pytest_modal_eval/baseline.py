@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Self
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from syrupy.assertion import SnapshotAssertion
 from syrupy.data import SnapshotCollections
@@ -34,7 +36,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.location import PyTestLocation
 from syrupy.types import PropertyFilter, PropertyMatcher, SerializableData, SnapshotIndex
 
-from .stats import natural_key, summarize
+from .stats import ExampleRewards, FloatArray, natural_key, summarize
 
 FORMAT_VERSION = 1
 REFRESH_HINT = "refresh it with --snapshot-update"
@@ -56,7 +58,7 @@ class Baseline:
     n_examples: int
     rollouts_per_example: int
     binary_single: bool  # every example: exactly one rollout, reward 0 or 1 (McNemar applies)
-    per_example: dict[str, float]  # example id -> mean reward over its rollouts
+    per_example: Mapping[str, float]  # example id -> mean reward over its rollouts
 
     @classmethod
     def from_rewards(
@@ -65,10 +67,24 @@ class Baseline:
         benchmark: str,
         model: str,
         config_hash: str,
-        rewards: Mapping[str, Sequence[float]],
+        rewards: Mapping[str, Sequence[float]] | ExampleRewards,
     ) -> Self:
         """Build from example id -> rewards of that example's rollouts (as for ``summarize``)."""
         summary = summarize(rewards)
+        if isinstance(rewards, ExampleRewards):
+            means = rewards.means()
+            return cls(
+                benchmark=benchmark,
+                model=model,
+                config_hash=config_hash,
+                mean=summary.mean,
+                stderr=summary.stderr,
+                n_examples=summary.n_examples,
+                rollouts_per_example=summary.rollouts_per_example,
+                binary_single=rewards.rollouts == 1
+                and bool(np.all((means == 0.0) | (means == 1.0))),
+                per_example=_ExampleMeans(rewards.ids, means),
+            )
         return cls(
             benchmark=benchmark,
             model=model,
@@ -136,6 +152,36 @@ class Baseline:
                 f"malformed baseline {source}: not JSON ({exc}); {REFRESH_HINT}"
             ) from None
         return cls.from_dict(data, source=source)
+
+
+class _ExampleMeans(Mapping[str, float]):
+    """Example id -> mean reward of a run, made a dict only when first read.
+
+    A run checked against no stored baseline (none recorded yet, no ``--snapshot-update``)
+    never reads its own baseline's examples; building them anyway cost 100,000 str keys and
+    floats (~13 MB) at the end of a 100,000-example run. Once read, it is a plain dict.
+    """
+
+    def __init__(self, ids: npt.NDArray[np.int64], means: FloatArray) -> None:
+        self._ids, self._means = ids, means
+        self._dict: dict[str, float] | None = None
+
+    def _data(self) -> dict[str, float]:
+        if self._dict is None:
+            self._dict = dict(zip(map(str, self._ids.tolist()), self._means.tolist(), strict=True))
+        return self._dict
+
+    def __getitem__(self, example_id: str) -> float:
+        return self._data()[example_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __repr__(self) -> str:
+        return repr(self._data())
 
 
 class _Document(BaseModel):

@@ -115,7 +115,8 @@ class RunOutcome:
     new_run_note: str | None = None
     answer_hash: str = ""
     baseline_hash: str = ""
-    per_example_rewards: dict[str, list[float]] = field(default_factory=dict)
+    # Finished example id -> its rollouts' rewards, as arrays (reads as {str id: [reward]}).
+    per_example_rewards: stats.ExampleRewards = field(default_factory=stats.ExampleRewards.empty)
 
     @property
     def error_rate(self) -> float:
@@ -354,29 +355,18 @@ def _meta(
 
 
 def _summarise(run_dir: Path, run_id: str, state: RunState, started: float) -> RunOutcome:
-    per_example: dict[str, list[float]] = {}
-    errored: dict[int, str] = {}
-    finished: list[int] = []
-    truncated = 0
-    for example_id in state.example_ids:
-        if state.finished(example_id):
-            finished.append(example_id)
-            per_example[str(example_id)] = state.rewards(example_id)
-            truncated += state.truncated(example_id)
-        else:
-            errored[example_id] = state.error(example_id) or "not evaluated"
-    summary = stats.summarize(per_example) if per_example else None
+    end = state.summary()
     return RunOutcome(
         run_dir=run_dir,
         run_id=run_id,
         n_selected=len(state.example_ids),
         rollouts=state.rollouts,
-        summary=summary,
-        errored=errored,
-        truncated_rollouts=truncated,
-        metric_means=state.metric_means(finished),
+        summary=stats.summarize(end.rewards) if len(end.rewards) else None,
+        errored=end.errored,
+        truncated_rollouts=end.truncated_rollouts,
+        metric_means=end.metric_means,
         elapsed_s=time.monotonic() - started,
-        per_example_rewards=per_example,
+        per_example_rewards=end.rewards,
     )
 
 

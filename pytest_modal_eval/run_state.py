@@ -12,11 +12,14 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pytest_modal_eval.runstore import Checkpoint, Positions, describe_error
+from pytest_modal_eval.stats import ExampleRewards
 
 
 class RunState:
@@ -112,10 +115,55 @@ class RunState:
 
     def metric_means(self, example_ids: Iterable[int]) -> dict[str, float]:
         """Each metric's mean over the rollouts of the given examples that reported it."""
-        slots = [slot for i in example_ids for slot in self._slots(i)]
+        positions = np.fromiter(map(self.positions.__getitem__, example_ids), np.intp)
+        return self._metric_means(positions)
+
+    def _metric_means(self, positions: npt.NDArray[np.intp]) -> dict[str, float]:
+        slots = (positions[:, None] * self.rollouts + np.arange(self.rollouts)).ravel()
         means: dict[str, float] = {}
         for name, column in self._metrics.items():
-            values = [column[slot] for slot in slots if not math.isnan(column[slot])]
-            if values:
+            values = np.frombuffer(column, dtype=np.float64)[slots]
+            values = values[~np.isnan(values)]
+            if len(values):
                 means[name] = math.fsum(values) / len(values)
         return means
+
+    def summary(self) -> Summary:
+        """What the end of a run reports, computed on the columns.
+
+        Per selected entry (an id selected twice counts twice, as its rollouts do), except the
+        rewards, which hold each finished example once. No per-example Python objects: a dict
+        of reward lists keyed by str id, and the lists of ids and slots behind the metric
+        means, held ~30 MB at the end of a 100,000-example run.
+        """
+        done = np.frombuffer(self._example_done, dtype=np.bool_)
+        selection = self._selection_positions()
+        finished = done[selection]
+        errored = {}
+        for index in np.flatnonzero(~finished).tolist():
+            example_id = self.example_ids[index]
+            errored[example_id] = self.error(example_id) or "not evaluated"
+        # A duplicated id shares its first position, the only one ever marked done.
+        unique = np.flatnonzero(done)
+        by_example = np.frombuffer(self._rewards, dtype=np.float64).reshape(-1, self.rollouts)
+        truncated = np.frombuffer(self._truncated, dtype=np.uint8).reshape(-1, self.rollouts)
+        return Summary(
+            rewards=ExampleRewards(np.asarray(self.example_ids)[unique], by_example[unique]),
+            errored=errored,
+            truncated_rollouts=int(truncated[selection[finished]].sum(dtype=np.int64)),
+            metric_means=self._metric_means(selection[finished]),
+        )
+
+    def _selection_positions(self) -> npt.NDArray[np.intp]:
+        """The position of each selected entry: its own, or its id's first one."""
+        if self.positions.identity:
+            return np.arange(len(self.example_ids), dtype=np.intp)
+        return np.fromiter(map(self.positions.__getitem__, self.example_ids), np.intp)
+
+
+@dataclass(frozen=True)
+class Summary:
+    rewards: ExampleRewards  # finished examples, each once, in selection order
+    errored: dict[int, str]  # unfinished example -> its error, or "not evaluated"
+    truncated_rollouts: int  # over finished selected entries
+    metric_means: dict[str, float]  # over the rollouts of finished selected entries

@@ -219,6 +219,11 @@ class Positions:
             for position, example_id in enumerate(example_ids):
                 self._index.setdefault(example_id, position)
 
+    @property
+    def identity(self) -> bool:
+        """Every id is its own position (ids ``0, 1, 2, ...``)."""
+        return self._index is None
+
     def get(self, example_id: int) -> int | None:
         if self._index is not None:
             return self._index.get(example_id)

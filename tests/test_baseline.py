@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import json
 import math
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_modal_eval.baseline import Baseline, BaselineError
+from pytest_modal_eval.stats import ExampleRewards, compare_paired
 
 CONFTEST = """
 import json
@@ -132,6 +135,48 @@ def test_from_rewards_records_means_and_binary_single() -> None:
     assert graded.per_example == {"a": 0.5, "b": 1.0} and not graded.binary_single
     partial = Baseline.from_rewards(benchmark="x", model="m", config_hash="h", rewards={"a": [0.5]})
     assert not partial.binary_single
+
+
+@pytest.mark.parametrize(
+    "rows", [[[1.0], [0.0], [1.0]], [[0.5], [1.0], [0.0]], [[1.0, 0.0], [0.1, 0.2], [1.0, 1.0]]]
+)
+def test_from_rewards_of_columns_is_the_baseline_of_the_mapping(rows: list[list[float]]) -> None:
+    ids = [10, 2, 1]
+    columns = ExampleRewards(ids, rows)
+    as_dict = {str(i): row for i, row in zip(ids, rows, strict=True)}
+    fields = {"benchmark": "gsm8k", "model": "m", "config_hash": "h"}
+    from_columns = Baseline.from_rewards(**fields, rewards=columns)
+    from_dict = Baseline.from_rewards(**fields, rewards=as_dict)
+    assert from_columns == from_dict and from_columns.to_json() == from_dict.to_json()
+    assert from_columns.binary_single == from_dict.binary_single
+    # A stored baseline (a plain dict, as read from disk) compares with it as before.
+    stored = Baseline.from_json(from_dict.to_json())
+    assert compare_paired(
+        stored.per_example,
+        from_columns.per_example,
+        baseline_binary_single=stored.binary_single,
+        run_binary_single=from_columns.binary_single,
+    ) == compare_paired(
+        stored.per_example,
+        from_dict.per_example,
+        baseline_binary_single=stored.binary_single,
+        run_binary_single=from_dict.binary_single,
+    )
+
+
+def test_a_run_baseline_holds_no_per_example_objects_until_read() -> None:
+    n = 50_000
+    rewards = ExampleRewards(np.arange(n), np.ones((n, 1)))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        current = Baseline.from_rewards(benchmark="b", model="m", config_hash="h", rewards=rewards)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # The means array: 8 bytes per example; a dict of str -> float held ~130.
+    assert held / n < 20, f"{held / n:.0f} bytes per example"
+    assert len(current.per_example) == n and current.per_example["49999"] == 1.0
 
 
 def test_document_is_readable_one_example_per_line_in_natural_order() -> None:

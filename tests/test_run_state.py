@@ -72,6 +72,35 @@ def test_metric_means_cover_finished_examples_and_skip_non_numbers() -> None:
     }
 
 
+def test_summary_of_finished_unfinished_and_duplicated_examples() -> None:
+    state = RunState(array("q", [5, 6, 5, 8, 9]), rollouts=2)
+    state.add(
+        [
+            _record(5, 0, 0.5, is_truncated=True, metrics={"correct": 1.0}),
+            _record(5, 1, 1.0, metrics={"correct": 0.0}),
+            _record(8, 0, 0.25, metrics={"correct": 1.0}),
+            _record(8, 1, 0.0),  # no metric: left out of its mean
+            _record(6, 0, 1.0),  # example 6 misses a rollout
+            _error(9, 1, "Timeout"),
+        ]
+    )
+    end = state.summary()
+    # Rewards: each finished example once, in selection order.
+    assert dict(end.rewards) == {"5": [0.5, 1.0], "8": [0.25, 0.0]}
+    assert end.errored == {6: "not evaluated", 9: "Timeout"}
+    # Per selected entry, as the rollouts are: example 5 is selected twice.
+    assert end.truncated_rollouts == 2
+    assert end.metric_means == {"correct": pytest.approx(3 / 5)}  # 1, 0 twice; 1 once
+    assert state.metric_means([5, 5, 8]) == end.metric_means
+
+
+def test_summary_of_nothing_finished() -> None:
+    state = RunState(range(3), rollouts=1)
+    end = state.summary()
+    assert len(end.rewards) == 0 and end.truncated_rollouts == 0 and end.metric_means == {}
+    assert end.errored == {0: "not evaluated", 1: "not evaluated", 2: "not evaluated"}
+
+
 def test_duplicate_ids_share_one_state() -> None:
     state = RunState([5, 6, 5], rollouts=1)
     state.add([_record(5, 0, 0.5)])

@@ -17,6 +17,7 @@ from statsmodels.stats.weightstats import DescrStatsW
 from pytest_modal_eval.stats import (
     TEST_MCNEMAR,
     TEST_PAIRED_T,
+    ExampleRewards,
     compare_paired,
     natural_key,
     summarize,
@@ -382,3 +383,42 @@ def test_real_drop_is_detected_almost_always(rollouts: int) -> None:
         _simulate(rng, np.full(n, 0.8), np.full(n, 0.6), rollouts)[0] for _ in range(reps)
     )
     assert detected / reps >= 0.97
+
+
+# --- ExampleRewards: the columns a run ends with ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[1.0], [0.0], [1.0], [1.0]],  # one 0/1 rollout each: Wilson
+        [[0.1, 0.2, 0.3], [0.5, 0.25, 1.0], [0.0, 0.0, 0.7]],  # fsum rounding matters here
+        [[0.5], [0.25], [1.0]],
+        [[0.7, 0.7], [0.7, 0.7]],  # constant
+        [[1.0, 0.0]],  # a single example
+    ],
+)
+def test_example_rewards_summarize_exactly_as_the_mapping(rows: list[list[float]]) -> None:
+    ids = [7, 3, 12, 40][: len(rows)]
+    columns = ExampleRewards(ids, rows)
+    as_dict = {str(i): row for i, row in zip(ids, rows, strict=True)}
+    assert dict(columns) == as_dict and list(columns) == list(as_dict)
+    for bounds in (None, (0.0, 1.0)):
+        assert (
+            summarize(columns, bounds=bounds).to_dict()
+            == summarize(as_dict, bounds=bounds).to_dict()
+        )
+    assert columns.means().tolist() == [math.fsum(r) / len(r) for r in rows]
+
+
+def test_example_rewards_reject_bad_shapes_and_non_finite_rewards() -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        ExampleRewards([1, 1], [[1.0], [0.0]])
+    with pytest.raises(ValueError, match="one row per id"):
+        ExampleRewards([1, 2], [[1.0]])
+    with pytest.raises(ValueError, match="at least one rollout"):
+        ExampleRewards([1], np.empty((1, 0)))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        summarize(ExampleRewards([1, 2], [[math.inf, -math.inf], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="zero examples"):
+        summarize(ExampleRewards.empty())
