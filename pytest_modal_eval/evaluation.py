@@ -346,7 +346,7 @@ def _meta(
         "env_id": env_id,
         "model": model,
         "rollouts_per_example": rollouts,
-        "completed_example_ids": state.completed_ids(),
+        "completed_example_ids": state.completed_id_array(),  # written in pieces
         "total_examples": total,
         "completed_rollouts": state.finished_rollouts,
         "start_time": start_time,

@@ -102,13 +102,18 @@ class RunState:
         return next(iter(self._errors.values()), None)
 
     def completed_ids(self) -> list[int]:
-        """Finished examples, sorted by id (for checkpoint_meta.json, rewritten every second:
-        vectorised, ~1 ms at 100,000 examples where a Python loop took ~60 ms)."""
-        ids = np.asarray(self.example_ids)[np.frombuffer(self._example_done, dtype=np.bool_)]
+        """Finished examples, sorted by id."""
+        completed: list[int] = self.completed_id_array().tolist()
+        return completed
+
+    def completed_id_array(self) -> npt.NDArray[np.int64]:
+        """Finished examples, sorted by id, as an array (for checkpoint_meta.json, rewritten
+        every second: vectorised, ~1 ms at 100,000 examples where a Python loop took ~60 ms)."""
+        ids = np.asarray(self.example_ids, dtype=np.int64)
+        ids = ids[np.frombuffer(self._example_done, dtype=np.bool_)]
         if not np.all(ids[1:] > ids[:-1]):  # usually already sorted and distinct
             ids = np.unique(ids)
-        completed: list[int] = ids.tolist()
-        return completed
+        return ids
 
     def truncated(self, example_id: int) -> int:
         return sum(self._truncated[slot] for slot in self._slots(example_id))

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 CHECKPOINT_VERSION = 1
 META_MIN_INTERVAL_S = 1.0
 
@@ -51,6 +53,35 @@ def write_json_atomic(path: Path, value: Any, *, indent: int | None = 2) -> None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(value, indent=indent, default=json_default)
     tmp.write_text(text + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+#: Integers of an id column written per piece by :func:`write_json_line_atomic`.
+ID_CHUNK = 8192
+
+
+def write_json_line_atomic(path: Path, value: dict[str, Any]) -> None:
+    """``json.dumps(value) + "\\n"``, written atomically, with integer arrays written in pieces.
+
+    A value that is an integer ``numpy`` array (the completed example ids) is written
+    :data:`ID_CHUNK` ids at a time, so its ids never all exist as Python ints and one string at
+    once: ~5 MB at 100,000 ids, allocated and freed every second of a run, which set the
+    run's peak RSS. The bytes are those ``json.dumps`` writes for the same ids as a list.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        out.write("{")
+        for number, (key, item) in enumerate(value.items()):
+            out.write(f"{', ' if number else ''}{json.dumps(key)}: ")
+            if isinstance(item, np.ndarray) and item.ndim == 1 and item.dtype.kind in "iu":
+                out.write("[")
+                for start in range(0, len(item), ID_CHUNK):
+                    chunk = item[start : start + ID_CHUNK].tolist()
+                    out.write(f"{', ' if start else ''}{', '.join(map(str, chunk))}")
+                out.write("]")
+            else:
+                out.write(json.dumps(item, default=json_default))
+        out.write("}\n")
     os.replace(tmp, path)
 
 
@@ -143,7 +174,7 @@ class Checkpoint:
         if force or now - self._last_meta >= META_MIN_INTERVAL_S:
             # One line: indenting puts each of 100,000 example ids on its own line, which
             # triples the cost of a write that repeats every second of a long run.
-            write_json_atomic(self.meta_path, meta(), indent=None)
+            write_json_line_atomic(self.meta_path, meta())
             self._last_meta = now
 
     def close(self) -> None:

@@ -8,8 +8,10 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from pytest_modal_eval import runstore
 from pytest_modal_eval.run_state import RunState
 from pytest_modal_eval.runstore import Checkpoint
 
@@ -139,3 +141,32 @@ def test_memory_is_a_few_bytes_per_rollout() -> None:
     assert state.finished_rollouts == n
     # flag + reward + truncation + one metric column: 18 bytes; a dict per example was ~660.
     assert held / n < 40, f"{held / n:.0f} bytes per example"
+
+
+@pytest.mark.parametrize("count", [0, 1, 5, 17])
+def test_meta_line_is_what_json_dumps_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    monkeypatch.setattr(runstore, "ID_CHUNK", 4)  # several pieces, one ending mid-chunk
+    ids = np.arange(count, dtype=np.int64) * 1000 - 3
+    value = {"run_id": "r", "completed_example_ids": ids, "where": Path("x"), "n": None}
+    runstore.write_json_line_atomic(tmp_path / "meta.json", value)
+    expected = json.dumps({**value, "completed_example_ids": ids.tolist(), "where": "x"})
+    assert (tmp_path / "meta.json").read_text() == expected + "\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["meta.json"]
+
+
+def test_meta_line_never_holds_every_id_as_an_int(tmp_path: Path) -> None:
+    state = RunState(range(100_000), rollouts=1)
+    state.add(_record(i, 0) for i in range(100_000))
+    ids = state.completed_id_array()
+    assert ids.tolist() == state.completed_ids() == list(range(100_000))
+    tracemalloc.start()
+    try:
+        runstore.write_json_line_atomic(tmp_path / "meta.json", {"ids": ids})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # A list of the ids and its JSON text: ~4.5 MB; one piece at a time: well under 1 MB.
+    assert peak < 1_000_000, f"{peak / 1e6:.1f} MB"
+    assert json.loads((tmp_path / "meta.json").read_text()) == {"ids": list(range(100_000))}
