@@ -89,7 +89,8 @@ class ExampleRewards(Mapping[str, Sequence[float]]):
             raise ValueError("ids must be 1-D and rewards 2-D with one row per id")
         if self.rewards.shape[1] < 1:
             raise ValueError("every example needs at least one rollout")
-        if len(np.unique(self.ids)) != len(self.ids):
+        # Ids in increasing order (a run's usually are) are distinct without sorting a copy.
+        if not np.all(self.ids[1:] > self.ids[:-1]) and len(np.unique(self.ids)) != len(self.ids):
             raise ValueError("example ids must be distinct")
         self._rows: dict[str, int] | None = None
 
@@ -103,8 +104,10 @@ class ExampleRewards(Mapping[str, Sequence[float]]):
 
     def means(self) -> FloatArray:
         """Each example's mean reward, exactly as :func:`summarize` computes it."""
-        if self.rollouts == 1:
-            return self.rewards[:, 0].copy()  # fsum([x]) / 1 is x
+        if self.rollouts == 1:  # fsum([x]) / 1 is x: a read-only view, not a copy
+            column = self.rewards[:, 0]
+            column.flags.writeable = False
+            return column
         return np.fromiter((_mean(row) for row in self.rewards), np.float64, len(self.ids))
 
     def __len__(self) -> int:

@@ -96,6 +96,20 @@ def test_summary_of_finished_unfinished_and_duplicated_examples() -> None:
     assert state.metric_means([5, 5, 8]) == end.metric_means
 
 
+def test_summary_when_every_example_finished() -> None:
+    state = RunState(range(4), rollouts=2)
+    state.add(
+        _record(i, r, 0.5 * r, is_truncated=(i, r) == (2, 1), metrics={"m": float(i)} if r else {})
+        for i in range(4)
+        for r in range(2)
+    )
+    end = state.summary()
+    assert dict(end.rewards) == {str(i): [0.0, 0.5] for i in range(4)}
+    assert end.errored == {} and end.truncated_rollouts == 1
+    assert end.metric_means == {"m": 1.5} == state.metric_means(range(4))
+    assert end.rewards.means().tolist() == [0.25] * 4
+
+
 def test_summary_of_nothing_finished() -> None:
     state = RunState(range(3), rollouts=1)
     end = state.summary()
