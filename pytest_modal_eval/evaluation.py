@@ -17,7 +17,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-from pytest_modal_eval import adapter, stats
+from pytest_modal_eval import adapter, heap, stats
 from pytest_modal_eval.loader import Benchmark
 from pytest_modal_eval.resume import (
     PriorRun,
@@ -236,7 +236,8 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
         else:
             rewards = []
             consecutive_errors += 1
-        checkpoint.write_meta(meta)
+        if checkpoint.write_meta(meta):  # at most once a second
+            heap.release_free_memory()
         on_example(
             ExampleResult(
                 example_id,

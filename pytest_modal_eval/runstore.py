@@ -168,14 +168,17 @@ class Checkpoint:
             os.fsync(self._handle.fileno())  # survive power loss, not just a killed process
             self._since_sync = 0
 
-    def write_meta(self, meta: Callable[[], dict[str, Any]], force: bool = False) -> None:
-        """Replace checkpoint_meta.json at most once a second (``meta`` is built only then)."""
+    def write_meta(self, meta: Callable[[], dict[str, Any]], force: bool = False) -> bool:
+        """Replace checkpoint_meta.json at most once a second (``meta`` is built only then);
+        True when it was written."""
         now = time.monotonic()
         if force or now - self._last_meta >= META_MIN_INTERVAL_S:
             # One line: indenting puts each of 100,000 example ids on its own line, which
             # triples the cost of a write that repeats every second of a long run.
             write_json_line_atomic(self.meta_path, meta())
             self._last_meta = now
+            return True
+        return False
 
     def close(self) -> None:
         if self._handle is not None:
