@@ -71,20 +71,14 @@ class Baseline:
     ) -> Self:
         """Build from example id -> rewards of that example's rollouts (as for ``summarize``)."""
         summary = summarize(rewards)
+        per_example: Mapping[str, float]
         if isinstance(rewards, ExampleRewards):
             means = rewards.means()
-            return cls(
-                benchmark=benchmark,
-                model=model,
-                config_hash=config_hash,
-                mean=summary.mean,
-                stderr=summary.stderr,
-                n_examples=summary.n_examples,
-                rollouts_per_example=summary.rollouts_per_example,
-                binary_single=rewards.rollouts == 1
-                and bool(np.all((means == 0.0) | (means == 1.0))),
-                per_example=_ExampleMeans(rewards.ids, means),
-            )
+            binary_single = rewards.rollouts == 1 and bool(np.all((means == 0.0) | (means == 1.0)))
+            per_example = _ExampleMeans(rewards.ids, means)
+        else:
+            binary_single = all(len(r) == 1 and r[0] in (0.0, 1.0) for r in rewards.values())
+            per_example = {k: math.fsum(r) / len(r) for k, r in rewards.items()}
         return cls(
             benchmark=benchmark,
             model=model,
@@ -93,8 +87,8 @@ class Baseline:
             stderr=summary.stderr,
             n_examples=summary.n_examples,
             rollouts_per_example=summary.rollouts_per_example,
-            binary_single=all(len(r) == 1 and r[0] in (0.0, 1.0) for r in rewards.values()),
-            per_example={k: math.fsum(r) / len(r) for k, r in rewards.items()},
+            binary_single=binary_single,
+            per_example=per_example,
         )
 
     def to_dict(self) -> dict[str, Any]:
