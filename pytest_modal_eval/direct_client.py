@@ -11,7 +11,8 @@ aiohttp session itself; everything else it is asked for goes to the real ``Async
 
 What stays as the SDK does it, so verifiers sees no difference (tests/test_direct_client.py
 checks each against the SDK on the same server): the headers (the SDK's own default and auth
-headers plus the call's), the JSON body bytes, the timeouts (5 s to connect, the request timeout
+headers plus the call's), the JSON body bytes, the answer's decoding (httpx reads its
+``Content-Encoding``), the timeouts (5 s to connect, the request timeout
 between reads), which answers are retried (connection failures, timeouts, 408, 409, 429, 5xx,
 or as ``x-should-retry`` says), the wait before a retry (``retry-after-ms``/``Retry-After`` up to
 two minutes, else 0.5 s doubling to 8 s, less up to 25 % jitter), and the error raised at the end
@@ -117,9 +118,10 @@ class DirectOpenAI:
             raise status_error(response)
 
     def _open(self) -> aiohttp.ClientSession:
-        # Opened on first use, inside the event loop that runs the requests.
+        # Opened on first use, inside the event loop that runs the requests. The body is kept
+        # as sent: the httpx Response it becomes decodes Content-Encoding, as the SDK's does.
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._max_connections)
+            connector=aiohttp.TCPConnector(limit=self._max_connections), auto_decompress=False
         )
         return self._session
 

@@ -69,6 +69,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     drop: bool = False  # close the connection without answering
+    gzip: bool = False  # Content-Encoding: gzip, as a compressing gateway sends it
 
 
 @dataclass
@@ -111,9 +112,12 @@ class ScriptedServer:
             return web.Response()
         text = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
         content_type = "text/plain" if isinstance(answer.body, str) else "application/json"
-        return web.Response(
+        response = web.Response(
             status=answer.status, text=text, content_type=content_type, headers=answer.headers
         )
+        if answer.gzip:
+            response.enable_compression(web.ContentCoding.gzip)
+        return response
 
 
 def sdk_client(base_url: str, *, max_retries: int, timeout: float = 30.0) -> openai.AsyncOpenAI:
@@ -200,6 +204,8 @@ FAST = {"retry-after-ms": "10"}  # the SDK honours it, so retry scenarios take m
 
 SCENARIOS: dict[str, tuple[list[Answer], int]] = {
     "ok": ([Answer()], 2),
+    "ok, gzip-encoded": ([Answer(gzip=True)], 2),
+    "error, gzip-encoded": ([Answer(400, OVERLONG, gzip=True)], 2),
     "overlong prompt (400)": ([Answer(400, OVERLONG)], 2),
     "bad key (401)": ([Answer(401, {"error": {"message": "bad key"}})], 2),
     "forbidden (403)": ([Answer(403, {"error": {"message": "no"}})], 2),
