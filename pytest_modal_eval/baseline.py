@@ -36,7 +36,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.location import PyTestLocation
 from syrupy.types import PropertyFilter, PropertyMatcher, SerializableData, SnapshotIndex
 
-from .stats import ExampleRewards, FloatArray, natural_key, summarize
+from .stats import ExampleRewards, FloatArray, sort_ids, summarize
 
 FORMAT_VERSION = 1
 REFRESH_HINT = "refresh it with --snapshot-update"
@@ -103,9 +103,7 @@ class Baseline:
             "n_examples": self.n_examples,
             "rollouts_per_example": self.rollouts_per_example,
             "binary_single": self.binary_single,
-            "per_example": {
-                k: self.per_example[k] for k in sorted(self.per_example, key=natural_key)
-            },
+            "per_example": {k: self.per_example[k] for k in sort_ids(self.per_example)},
         }
 
     def to_json(self) -> str:
@@ -134,7 +132,7 @@ class Baseline:
             n_examples=doc.n_examples,
             rollouts_per_example=doc.rollouts_per_example,
             binary_single=doc.binary_single,
-            per_example=dict(doc.per_example),
+            per_example=doc.per_example,  # validation built a new dict already
         )
 
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,6 +47,16 @@ def natural_key(example_id: str) -> tuple[tuple[int, str], ...]:
     # raw id breaks ties such as "01" vs "1".
     key = tuple((int(p), "") if i % 2 else (0, p) for i, p in enumerate(parts))
     return (*key, (0, example_id))
+
+
+def sort_ids(example_ids: Iterable[str]) -> list[str]:
+    """``sorted(example_ids, key=natural_key)``, without a key tuple per id when every id is a
+    plain decimal number (a dataset's row ids): 100,000 such ids sort by ``int`` in the same
+    order, where the tuples held ~30 MB at the end of a run compared with its baseline."""
+    ids = list(example_ids)
+    if all(i.isascii() and i.isdigit() and (i[0] != "0" or i == "0") for i in ids):
+        return sorted(ids, key=int)
+    return sorted(ids, key=natural_key)
 
 
 def _json_float(value: float) -> float | None:
@@ -359,7 +369,7 @@ def compare_paired(
     _check_probability("alpha", alpha)
     if not (math.isfinite(max_drop) and max_drop >= 0.0):
         raise ValueError(f"max_drop must be a finite number >= 0, got {max_drop!r}")
-    shared = sorted(baseline.keys() & run.keys(), key=natural_key)
+    shared = sort_ids(baseline.keys() & run.keys())
     if not shared:
         raise ValueError(
             f"baseline ({len(baseline)} examples) and run ({len(run)} examples) share no "

@@ -20,6 +20,7 @@ from pytest_modal_eval.stats import (
     ExampleRewards,
     compare_paired,
     natural_key,
+    sort_ids,
     summarize,
 )
 
@@ -422,3 +423,17 @@ def test_example_rewards_reject_bad_shapes_and_non_finite_rewards() -> None:
         summarize(ExampleRewards([1, 2], [[math.inf, -math.inf], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="zero examples"):
         summarize(ExampleRewards.empty())
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [str(i) for i in (10, 2, 0, 33, 1, 100_000, 7)],  # plain numbers: sorted by int
+        ["10", "2", "01", "1", "0"],  # a leading zero: the natural order breaks the tie
+        ["q10", "q2", "3", "a", "q02", "-1", "٣"],  # mixed, a non-ASCII digit
+        [],
+    ],
+)
+def test_sort_ids_is_the_natural_order(ids: list[str]) -> None:
+    assert sort_ids(ids) == sorted(ids, key=natural_key)
+    assert sort_ids(set(ids)) == sorted(set(ids), key=natural_key)
