@@ -11,6 +11,7 @@ no error; errored records are kept (for the report) but retried by the next run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -48,12 +49,25 @@ def dumps(value: Any) -> str:
     return json.dumps(value, default=json_default, ensure_ascii=False)
 
 
+@contextlib.contextmanager
+def _replaced_atomically(path: Path) -> Iterator[IO[str]]:
+    """A text file that replaces ``path`` when the block ends: written to a temporary file
+    and renamed, so a reader (or a crash) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as out:
+            yield out
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+
+
 def write_json_atomic(path: Path, value: Any, *, indent: int | None = 2) -> None:
     """Write-and-rename so a reader (or a crash) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(value, indent=indent, default=json_default)
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with _replaced_atomically(path) as out:
+        out.write(text + "\n")
 
 
 #: Integers of an id column written per piece by :func:`write_json_line_atomic`.
@@ -68,8 +82,7 @@ def write_json_line_atomic(path: Path, value: dict[str, Any]) -> None:
     once: ~5 MB at 100,000 ids, allocated and freed every second of a run, which set the
     run's peak RSS. The bytes are those ``json.dumps`` writes for the same ids as a list.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as out:
+    with _replaced_atomically(path) as out:
         out.write("{")
         for number, (key, item) in enumerate(value.items()):
             out.write(f"{', ' if number else ''}{json.dumps(key)}: ")
@@ -82,7 +95,6 @@ def write_json_line_atomic(path: Path, value: dict[str, Any]) -> None:
             else:
                 out.write(json.dumps(item, default=json_default))
         out.write("}\n")
-    os.replace(tmp, path)
 
 
 def rollout_record(output: dict[str, Any], rollout: int, task_default: str) -> dict[str, Any]:

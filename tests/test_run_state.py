@@ -184,3 +184,13 @@ def test_meta_line_never_holds_every_id_as_an_int(tmp_path: Path) -> None:
     # A list of the ids and its JSON text: ~4.5 MB; one piece at a time: well under 1 MB.
     assert peak < 1_000_000, f"{peak / 1e6:.1f} MB"
     assert json.loads((tmp_path / "meta.json").read_text()) == {"ids": list(range(100_000))}
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "meta.json"
+    runstore.write_json_atomic(path, {"n": 1})
+    with pytest.raises(RuntimeError), runstore._replaced_atomically(path) as out:
+        out.write('{"n": 2')
+        raise RuntimeError("interrupted half-way")
+    assert json.loads(path.read_text()) == {"n": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["meta.json"]
