@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval import adapter
-from pytest_modal_eval.baseline import Baseline, BaselineError, check_baseline
+from pytest_modal_eval.baseline import (
+    Baseline,
+    BaselineError,
+    StoredBaseline,
+    check_baseline,
+    read_stored,
+)
 from pytest_modal_eval.deployments import (
     EndpointInfo,
     ServerRequest,
@@ -94,13 +100,14 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
         server_logs=Path(info.server_logs) if info.server_logs else None,
         proxied=info.proxied,
     )
+    stored = read_stored(snapshot)  # now, while the process is small (see read_stored)
     try:
         outcome = run_benchmark(run_request, on_example)
     except adapter.RunAborted as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     except adapter.EnvironmentError_ as exc:
         raise EvalProblem(f"{item.path}: {exc}") from None
-    comparison, baseline_note = _baseline(session, item, outcome, snapshot)
+    comparison, baseline_note = _baseline(session, item, outcome, snapshot, stored)
     verdict = judge(outcome, config.gate, comparison)
     item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
     elapsed = time.monotonic() - started
@@ -116,7 +123,11 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
 
 
 def _baseline(
-    session: EvalSession, item: BenchmarkItem, outcome: RunOutcome, snapshot: Any
+    session: EvalSession,
+    item: BenchmarkItem,
+    outcome: RunOutcome,
+    snapshot: Any,
+    stored_file: StoredBaseline,
 ) -> tuple[PairedComparison | None, str | None]:
     """Record (--snapshot-update) or load the stored baseline and compare with it."""
     if not outcome.per_example_rewards:
@@ -128,7 +139,7 @@ def _baseline(
         rewards=outcome.per_example_rewards,
     )
     try:
-        found = check_baseline(snapshot, current)
+        found = check_baseline(snapshot, current, stored_file)
     except BaselineError as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     if not found.comparable or found.stored is None:

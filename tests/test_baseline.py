@@ -216,6 +216,74 @@ def test_malformed_document_error_names_file_and_field(
     assert problem in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("per_example", "problems"),
+    [
+        ([1.0], ["per_example: Input should be a valid dictionary"]),
+        ({}, ["per_example: Dictionary should have at least 1 item"]),
+        (
+            {"1": True, "2": 10**400, "3": None},
+            [f"per_example.{i}: Input should be a valid number" for i in (1, 2, 3)],
+        ),
+        (
+            {"1": math.nan, "2": -math.inf},
+            [f"per_example.{i}: Input should be a finite number" for i in (1, 2)],
+        ),
+        ({str(i): "x" for i in range(25)}, ["per_example.9: Input should be", "... and 15 more"]),
+    ],
+)
+def test_malformed_examples_are_listed_as_pydantic_words_them(
+    per_example: Any, problems: list[str]
+) -> None:
+    doc = {**_baseline().to_dict(), "per_example": per_example, "n_examples": 1}
+    with pytest.raises(BaselineError) as info:
+        Baseline.from_dict(doc, source="b.json")
+    for problem in problems:
+        assert problem in str(info.value)
+    assert "per_example.10:" not in str(info.value)  # ten problems shown at most
+
+
+def test_examples_accept_json_integers_and_are_required() -> None:
+    doc = {**_baseline().to_dict(), "per_example": {"1": 1, "2": 0, "10": 1}}
+    assert Baseline.from_dict(doc) == _baseline()
+    without = {k: v for k, v in doc.items() if k != "per_example"}
+    with pytest.raises(BaselineError, match="per_example: Field required"):
+        Baseline.from_dict(without)
+    with pytest.raises(BaselineError, match=r"\(document\): Input should be a valid dictionary"):
+        Baseline.from_dict([doc])
+
+
+@pytest.mark.parametrize("numeric", [True, False])
+def test_large_document_is_json_dumps_output_and_reads_back(numeric: bool) -> None:
+    n = 20_000  # several of the pieces the examples are written in
+    rng = np.random.default_rng(1)
+    rewards = {(str(i) if numeric else f"q{i}"): [float(x)] for i, x in enumerate(rng.random(n))}
+    b = Baseline.from_rewards(benchmark="b", model="m", config_hash="h", rewards=rewards)
+    text = b.to_json()
+    assert text == json.dumps(b.to_dict(), indent=2, allow_nan=False) + "\n"
+    assert Baseline.from_json(text) == b
+
+
+def test_a_stored_baseline_is_held_as_columns() -> None:
+    n = 50_000
+    text = Baseline.from_rewards(
+        benchmark="b",
+        model="m",
+        config_hash="h",
+        rewards=ExampleRewards(np.arange(n), np.ones((n, 1))),
+    ).to_json()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        stored = Baseline.from_json(text)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # An id and a mean column: 16 bytes per example; the parsed dict held ~130.
+    assert held / n < 24, f"{held / n:.0f} bytes per example"
+    assert stored.per_example["49999"] == 1.0 and len(stored.per_example) == n
+
+
 def test_not_json_is_a_clear_error() -> None:
     with pytest.raises(BaselineError, match=r"malformed baseline x\.json: not JSON"):
         Baseline.from_json("{oops", source="x.json")

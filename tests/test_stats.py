@@ -17,6 +17,7 @@ from statsmodels.stats.weightstats import DescrStatsW
 from pytest_modal_eval.stats import (
     TEST_MCNEMAR,
     TEST_PAIRED_T,
+    ExampleMeans,
     ExampleRewards,
     compare_paired,
     natural_key,
@@ -437,3 +438,86 @@ def test_example_rewards_reject_bad_shapes_and_non_finite_rewards() -> None:
 def test_sort_ids_is_the_natural_order(ids: list[str]) -> None:
     assert sort_ids(ids) == sorted(ids, key=natural_key)
     assert sort_ids(set(ids)) == sorted(set(ids), key=natural_key)
+
+
+# --- ExampleMeans: the columns baselines and comparisons read ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ids", "kind"),
+    [
+        (["10", "2", "0", "33", "1", "7"], "int"),  # a dataset's row ids: an int64 column
+        (["10", "2", "01", "1"], "str"),  # a leading zero is not a plain number
+        (["q10", "q2", "3", "-1", "٣"], "str"),
+        (["1" * 19, "2"], "str"),  # beyond int64
+    ],
+)
+def test_example_means_reads_like_the_dict_in_natural_order(ids: list[str], kind: str) -> None:
+    values = [i / 10 for i in range(len(ids))]
+    means = ExampleMeans.from_pairs(list(ids), values)
+    as_dict = dict(zip(ids, values, strict=True))
+    assert (kind == "int") is isinstance(means.ids, np.ndarray)
+    assert list(means) == sorted(ids, key=natural_key) and means == as_dict
+    assert [means[i] for i in ids] == values and len(means) == len(ids)
+    assert ExampleMeans.of(as_dict) == as_dict and ExampleMeans.of(means) is means
+
+
+def test_example_means_from_run_columns() -> None:
+    means = ExampleMeans.from_columns([5, 1, 3], [0.5, 0.1, 0.3])
+    assert list(means.items()) == [("1", 0.1), ("3", 0.3), ("5", 0.5)]
+    negative = ExampleMeans.from_columns([-2, 1, -10], [0.2, 0.1, 1.0])
+    assert list(negative) == sorted(["-2", "1", "-10"], key=natural_key)
+    with pytest.raises(ValueError, match="distinct"):
+        ExampleMeans.from_columns([1, 2, 1], [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="same length"):
+        ExampleMeans.from_columns([1, 2], [0.0])
+
+
+def test_example_means_json_members_are_what_json_dumps_writes() -> None:
+    rng = np.random.default_rng(3)
+    n = 3 * 8192 + 5  # several pieces, the last one short
+    int_ids = [str(i) for i in rng.permutation(n * 2)[:n].tolist()]
+    str_ids = [f'q-{i}\u00e9"' if i % 3 else f"{i}" for i in range(n)]
+    values = [*rng.random(n - 3).tolist(), 0.0, 1.0, 1e-300]
+    for ids in (int_ids, str_ids):
+        doc = dict(sorted(zip(ids, values, strict=True), key=lambda kv: natural_key(kv[0])))
+        expected = json.dumps({"x": doc}, indent=2)
+        members = "".join(ExampleMeans.from_pairs(ids, values).json_members(" " * 4))
+        assert expected == '{\n  "x": {\n' + members + "\n  }\n}"
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        ExampleMeans.from_pairs(["1"], [math.nan]).json_members("")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compare_paired_of_columns_equals_compare_paired_of_dicts(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 300
+    numeric = seed % 2 == 0
+    ids = [str(i) if numeric else f"id{i}" for i in range(n)]
+    base = dict(zip(ids, (rng.random(n) < 0.6).astype(float).tolist(), strict=True))
+    run = dict(zip(ids, (rng.random(n) < 0.5).astype(float).tolist(), strict=True))
+    # Partly overlapping id sets, and in shuffled order.
+    base = {k: base[k] for k in rng.permutation(ids[: n - 20]).tolist()}
+    run = {k: run[k] for k in rng.permutation(ids[30:]).tolist()}
+    flags = {"baseline_binary_single": True, "run_binary_single": seed % 3 != 0}
+    from_dicts = compare_paired(base, run, **flags)
+    from_columns = compare_paired(ExampleMeans.of(base), ExampleMeans.of(run), **flags)
+    assert from_columns == from_dicts
+    assert from_dicts.n_shared == n - 50 and from_dicts.only_in_baseline == 30
+    assert from_dicts.only_in_run == 20
+    shared = sorted(base.keys() & run.keys(), key=natural_key)
+    assert from_dicts.solved_to_missed == [k for k in shared if base[k] > run[k]]
+    assert from_dicts.missed_to_solved == [k for k in shared if base[k] < run[k]]
+
+
+def test_compare_paired_of_int_and_text_id_columns() -> None:
+    run = ExampleMeans.from_columns([3, 1, 2, 10], [1.0, 0.0, 1.0, 1.0])  # a run's: ints
+    stored = {"a": 1.0, "10": 0.0, "2": 1.0, "1": 1.0}  # a hand-made baseline: text ids
+    for base, new in ((stored, run), (run, stored)):
+        columns = compare_paired(base, new, baseline_binary_single=True, run_binary_single=True)
+        dicts = compare_paired(
+            dict(base), dict(new), baseline_binary_single=True, run_binary_single=True
+        )
+        assert columns == dicts and columns.n_shared == 3
+    forward = compare_paired(stored, run, baseline_binary_single=True, run_binary_single=True)
+    assert forward.solved_to_missed == ["1"] and forward.missed_to_solved == ["10"]
