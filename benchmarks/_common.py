@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,8 +346,9 @@ def run_plugin(
     front of the upstream, as with the Modal backend, and ``base_url`` is ignored.
     """
     probe = project / "probe.json"
-    probe.unlink(missing_ok=True)
-    extra = {"BENCH_PROBE_OUT": str(probe), "BENCH_TIMES": "1", **(env or {})}
+    for stale in (probe, probe.with_name(f"{probe.name}.times")):
+        stale.unlink(missing_ok=True)
+    extra = {"BENCH_PROBE_OUT": str(probe), **(env or {})}
     if proxy_upstream is not None:
         port = free_port()
         base_url = f"http://127.0.0.1:{port}"
@@ -373,12 +375,20 @@ def run_plugin(
     data = json.loads(probe.read_text()) if probe.exists() else {}
     return Run(
         wall_s=wall,
-        times=list(data.get("times", [])),
+        times=_probe_times(probe),
         peak_rss_mb=float(data.get("peak_rss_mb", float("nan"))),
         returncode=process.returncode,
         rss=[(started + offset, mb) for offset, mb in rss],
         cpu_s=float(data.get("cpu_window_s") or float("nan")),
     )
+
+
+def _probe_times(probe: Path) -> list[float]:
+    times = array("d")
+    path = probe.with_name(f"{probe.name}.times")
+    if path.exists():
+        times.frombytes(path.read_bytes())
+    return times.tolist()
 
 
 def run_verifiers_loop(base_url: str, data: Path, concurrency: int, *, client: str) -> Run:

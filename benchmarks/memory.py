@@ -6,10 +6,11 @@ deterministic endpoint), so the harness, not a model, is what is measured. RSS i
 /proc every 0.25 s; the peak is the process's own ``ru_maxrss``. A baseline row shows what
 merely importing the evaluation stack costs (pytest, verifiers, datasets, openai).
 
-Target: peak RSS < 300 MB at 100,000 examples.
+Target: peak RSS < 300 MB at 100,000 examples. With ``--baseline`` two more runs of the same
+examples follow: one recording a baseline (``--snapshot-update``) and one compared with it.
 
-Run: ``.venv/bin/python -m benchmarks.memory`` (about 4 minutes; ``--examples 20000`` for a
-quick look).
+Run: ``.venv/bin/python -m benchmarks.memory`` (about 4 minutes a run; ``--examples 20000`` for
+a quick look).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from benchmarks._common import (
     PYTHON,
+    Run,
     fake_server,
     header,
     log,
@@ -48,20 +50,29 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=100_000)
+    parser.add_argument(
+        "--baseline", action="store_true", help="also record a baseline, then compare with it"
+    )
     args = parser.parse_args()
     header(f"memory: peak RSS of a plugin run over {args.examples:,} examples")
 
     imports_mb = float(
         subprocess.run([PYTHON, "-c", _IMPORTS], capture_output=True, text=True, check=True).stdout
     )
+    extra: list[tuple[str, Run]] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp, fake_server() as url:
         root = Path(tmp)
         data = write_arithmetic(root / "data.jsonl", args.examples)
         project = make_project(root / "project", data, max_tokens=16)
         log(f"running {args.examples:,} examples")
-        run = run_plugin(project, url, timeout=1800)
-    if len(run.times) != args.examples:
-        log(f"warning: {len(run.times)} examples reported, exit code {run.returncode}")
+        run = _run(project, url, args.examples)
+        if args.baseline:
+            log("again, recording a baseline (--snapshot-update)")
+            extra.append(
+                ("recording a baseline", _run(project, url, args.examples, "--snapshot-update"))
+            )
+            log("again, compared with the stored baseline")
+            extra.append(("compared with the stored baseline", _run(project, url, args.examples)))
 
     rows = [["imports only (pytest, verifiers, datasets, openai)", f"{imports_mb:.0f}", ""]]
     if run.times:
@@ -73,6 +84,14 @@ def main() -> int:
     rows.append(
         ["peak RSS (ru_maxrss)", f"{run.peak_rss_mb:.0f}", verdict(run.peak_rss_mb < TARGET_MB)]
     )
+    for what, other in extra:
+        rows.append(
+            [
+                f"peak RSS, {what}",
+                f"{other.peak_rss_mb:.0f}",
+                verdict(other.peak_rss_mb < TARGET_MB),
+            ]
+        )
     print(f"{len(run.times):,} examples in {run.wall_s:.0f} s ({run.rps:.0f} examples/s)\n")
     print_table(["", "MB", f"target < {TARGET_MB:.0f} MB"], rows)
     if len(run.times) > 1:
@@ -80,6 +99,14 @@ def main() -> int:
         growth = (_rss_at(run.rss, last) - _rss_at(run.rss, first)) / (len(run.times) * 0.9)
         print(f"growth from 10% to 100% of the examples: {growth * 1024:.2f} kB per example\n")
     return 0
+
+
+def _run(project: Path, url: str, examples: int, *args: str) -> Run:
+    """One fresh run of every example; warns when it did not report them all."""
+    run = run_plugin(project, url, args=args, timeout=1800)
+    if len(run.times) != examples:
+        log(f"warning: {len(run.times)} examples reported, exit code {run.returncode}")
+    return run
 
 
 def _rss_at(samples: list[tuple[float, float]], moment: float) -> float:
