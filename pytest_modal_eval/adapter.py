@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
+from pytest_modal_eval.answer_journal import AnswerJournal, current_example
+
 #: Environments shipped with the plugin, resolved without a separate installation.
 BUNDLED = {"file-qa": "pytest_modal_eval.envs.file_qa"}
 
@@ -180,29 +182,39 @@ async def run_examples(
     on_example: ExampleCallback,
     should_stop: Callable[[], str | None] = lambda: None,
     extra_headers: dict[str, str] | None = None,
+    prefetch: int = 0,
+    journal: AnswerJournal | None = None,
 ) -> None:
     """Run ``rollouts`` rollouts of each row; call ``on_example`` as each example finishes.
 
-    verifiers' own ``max_concurrent`` counts groups, not requests; here a group holds
-    ``rollouts`` requests, so ceil(limit / rollouts) groups run at once. Rows are pulled
-    lazily so memory stays flat however large the dataset. ``should_stop`` is polled after
-    each example; a non-None return cancels the rest (e.g. the endpoint is down) and is
-    raised as :class:`RunAborted`.
+    At most ``max_concurrent_requests`` requests wait for an answer at once. verifiers' own
+    ``max_concurrent`` counts groups, not requests; here a group holds ``rollouts`` requests, so
+    ceil(limit / rollouts) groups are in flight, and ``prefetch`` times as many more are started
+    ahead: they wait with their request ready, so it goes out the moment an answer frees a
+    slot instead of after that answer is scored (the server otherwise idles while the client
+    scores a batch of answers that finished together). With a ``journal``, answers that arrived
+    for unfinished examples are recorded and replayed after a resume, so starting examples
+    ahead does not add requests sent twice. Rows are pulled lazily so memory stays flat however
+    large the dataset. ``should_stop`` is polled after each example; a non-None return cancels
+    the rest (e.g. the endpoint is down) and is raised as :class:`RunAborted`.
     """
     client = chat_client(
         endpoint,
         request_timeout=request_timeout,
         max_retries=max_retries,
         max_connections=max(64, max_concurrent_requests * 2),
+        max_in_flight=max_concurrent_requests,
         extra_headers=extra_headers,
+        journal=journal,
     )
-    slots = max(1, math.ceil(max_concurrent_requests / rollouts))
+    slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
     pending = iter(rows)
 
     async def worker() -> None:
         # Each worker pulls the next row when it is free: rows are read lazily, in order, and
         # finishing an example costs O(1), not a scan of everything in flight.
         for row in pending:
+            current_example.set(int(row["example_id"]))  # the journal's key (tasks copy it)
             outputs = await env.run_group(
                 [dict(row) for _ in range(rollouts)], client, endpoint.model, sampling_args
             )
@@ -231,6 +243,8 @@ def chat_client(
     max_retries: int,
     max_connections: int,
     extra_headers: dict[str, str] | None = None,
+    max_in_flight: int | None = None,
+    journal: AnswerJournal | None = None,
 ) -> Any:
     """verifiers' chat-completions client, its requests sent by :class:`DirectOpenAI`.
 
@@ -274,7 +288,12 @@ def chat_client(
     )
     return OpenAIChatCompletionsClient(
         DirectOpenAI(
-            sdk, request_timeout=request_timeout, max_connections=max_connections, http=http
+            sdk,
+            request_timeout=request_timeout,
+            max_connections=max_connections,
+            http=http,
+            max_in_flight=max_in_flight,
+            journal=journal,
         )
     )
 

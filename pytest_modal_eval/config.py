@@ -97,6 +97,12 @@ class EvalConfig(BaseModel):
     num_examples: int | None = Field(None, gt=0, description="null = all examples")
     rollouts: int = Field(1, ge=1, description="rollouts per example")
     max_concurrent: int = Field(64, ge=1, description="requests in flight, not groups")
+    prefetch: int = Field(
+        2,
+        ge=0,
+        description="examples started ahead per example in flight, waiting to send the moment "
+        "an answer frees a request slot; 0 for environments whose rollouts are costly to set up",
+    )
     checkpoint_every: int = Field(
         100, ge=1, description="examples between fsyncs of checkpoint.jsonl (each is flushed)"
     )

@@ -34,6 +34,8 @@ from typing import Any
 
 import aiohttp
 
+from pytest_modal_eval.answer_journal import Answer, AnswerJournal, current_example, request_key
+
 #: Seconds to open a connection (the SDK's and verifiers' default).
 CONNECT_TIMEOUT_S = 5.0
 #: The SDK's backoff: 0.5 s doubling to at most 8 s; a server may ask for up to two minutes.
@@ -51,9 +53,20 @@ class DirectOpenAI:
     """
 
     def __init__(
-        self, sdk: Any, *, request_timeout: float, max_connections: int, http: Any
+        self,
+        sdk: Any,
+        *,
+        request_timeout: float,
+        max_connections: int,
+        http: Any,
+        max_in_flight: int | None = None,
+        journal: AnswerJournal | None = None,
     ) -> None:
+        """``max_in_flight`` caps the requests waiting for an answer (default: the connections);
+        with a ``journal``, answers are recorded as they arrive and replayed after a resume."""
         self._sdk = sdk
+        self._in_flight = asyncio.Semaphore(max_in_flight or max_connections)
+        self._journal = journal
         self._http = http  # the httpx flavour the SDK is built on (for its Request/Response)
         self._base = str(sdk.base_url).rstrip("/") + "/"
         self._max_retries: int = sdk.max_retries
@@ -88,16 +101,39 @@ class DirectOpenAI:
         if extra := options.get("headers"):
             headers = {**headers, **extra}
             headers = {name: value for name, value in headers.items() if isinstance(value, str)}
-        return await self._send(self._base + path.lstrip("/"), headers, dumps(body))
+        url, data = self._base + path.lstrip("/"), dumps(body)
+        if self._journal is None:
+            return await self._send(url, headers, data)
+        # The path, not the URL: a resumed run may reach the same server on another port.
+        example, key = current_example.get(), request_key(path, data)
+        stored = self._journal.replay(example, key)
+        if stored is not None:  # answered before the run was interrupted: not sent again
+            return self._http.Response(
+                stored.status, headers=list(stored.raw_headers), content=stored.content
+            )
+        return await self._send(url, headers, data, (example, key))
 
-    async def _send(self, url: str, headers: dict[str, str], data: bytes) -> Any:
+    async def _send(
+        self,
+        url: str,
+        headers: dict[str, str],
+        data: bytes,
+        journal_entry: tuple[int | None, str] | None = None,
+    ) -> Any:
         session = self._session or self._open()
         retries_taken = 0
         while True:
             try:
-                async with session.post(
-                    url, data=data, headers=headers, timeout=self._timeout, allow_redirects=False
-                ) as answer:
+                async with (
+                    self._in_flight,
+                    session.post(
+                        url,
+                        data=data,
+                        headers=headers,
+                        timeout=self._timeout,
+                        allow_redirects=False,
+                    ) as answer,
+                ):
                     content = await answer.read()
                     status, raw_headers = answer.status, answer.raw_headers
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -107,6 +143,8 @@ class DirectOpenAI:
                     continue
                 raise self._transport_error(url, exc) from exc
             if 200 <= status < 300:
+                if self._journal is not None and journal_entry is not None:
+                    self._journal.record(*journal_entry, Answer(status, raw_headers, content))
                 return self._http.Response(status, headers=raw_headers, content=content)
             response = self._http.Response(
                 status, headers=raw_headers, content=content, request=self._request(url)

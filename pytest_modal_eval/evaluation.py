@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_modal_eval import adapter, heap, stats
+from pytest_modal_eval.answer_journal import FILENAME as JOURNAL_FILENAME
+from pytest_modal_eval.answer_journal import AnswerJournal
 from pytest_modal_eval.loader import Benchmark
 from pytest_modal_eval.resume import (
     PriorRun,
@@ -112,6 +114,7 @@ class RunOutcome:
     metric_means: dict[str, float]
     elapsed_s: float
     resumed_examples: int = 0
+    reused_answers: int = 0  # answers journaled before an interruption, not requested again
     new_run_note: str | None = None
     answer_hash: str = ""
     baseline_hash: str = ""
@@ -217,6 +220,8 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
         ]
         checkpoint.append(records, config.eval.checkpoint_every)
         state.add(records)
+        if state.finished(example_id):
+            journal.finished(example_id)  # its answers are in the checkpoint now
         done += 1
         if done >= next_progress:
             next_progress += progress_step
@@ -264,18 +269,22 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     # list of the pending rows themselves held ~1 kB per example for the whole run.
     still_missing = array("I", (len(state.missing(i)) for i in selected_ids))
     checkpoint.open()
+    journal = AnswerJournal(run_dir / JOURNAL_FILENAME, state.finished)
     try:
         if any(still_missing):
             with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
                 _run_grouped(
-                    run_dir, env, rows, still_missing, request, sampling, handle, should_stop
-                )
+                    run_dir, env, rows, still_missing, request, sampling, handle, should_stop,
+                    journal,
+                )  # fmt: skip
     finally:
         checkpoint.close()
         checkpoint.write_meta(meta, force=True)
+        journal.close(complete=all(state.finished(i) for i in selected_ids))
 
     outcome = _summarise(run_dir, run_id, state, started)
     outcome.resumed_examples = finished_before
+    outcome.reused_answers = journal.replayed
     outcome.new_run_note = note
     outcome.answer_hash = answer_hash
     # A baseline is compared across models, so its key leaves out who answered.
@@ -305,6 +314,7 @@ def _run_grouped(
     sampling: dict[str, Any],
     handle: Callable[[int, list[dict[str, Any]]], None],
     should_stop: Callable[[], str | None],
+    journal: AnswerJournal,
 ) -> None:
     config = request.benchmark.config
     log_route = None
@@ -328,6 +338,8 @@ def _run_grouped(
                 on_example=handle,
                 should_stop=should_stop,
                 extra_headers=log_route,
+                prefetch=config.eval.prefetch,
+                journal=journal,
             )
         )
 
@@ -393,6 +405,7 @@ def _metadata(request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]
         "errored_example_ids": sorted(outcome.errored),
         "truncated_rollouts": outcome.truncated_rollouts,
         "resumed_examples": outcome.resumed_examples,
+        "reused_answers": outcome.reused_answers,
         "answer_hash": outcome.answer_hash,
     }
 

@@ -44,6 +44,7 @@ def record_properties(
         ("run_dir", str(outcome.run_dir)),
         ("run_id", outcome.run_id),
         ("resumed_examples", outcome.resumed_examples),
+        ("reused_answers", outcome.reused_answers),
     ]
     if comparison is not None:
         props += [
@@ -129,10 +130,15 @@ class SummaryCollector:
             )
         for row in self.rows:
             extra = []
-            if int(row.get("resumed_examples", 0)):
+            if int(row.get("resumed_examples", 0)) or int(row.get("reused_answers", 0)):
                 extra.append(
                     f"resumed: {row['resumed_examples']}/{row['n_examples']} examples "
                     f"from run {row['run_id']}"
+                    + (
+                        f"; {row['reused_answers']} answers received before the interruption reused"
+                        if int(row.get("reused_answers", 0))
+                        else ""
+                    )
                 )
             if int(row.get("errors", 0)):
                 extra.append(f"errored examples: {row['errors']}")

@@ -85,6 +85,7 @@ class ScriptedServer:
     def __init__(self, script: list[Answer]) -> None:
         self.script = list(script)
         self.seen: list[Seen] = []
+        self.in_flight = self.peak_in_flight = 0
         self._runner: web.AppRunner | None = None
 
     async def __aenter__(self) -> str:
@@ -104,8 +105,13 @@ class ScriptedServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.seen.append(Seen(request.path, dict(request.headers), await request.read()))
         answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-        if answer.delay_s:
-            await asyncio.sleep(answer.delay_s)
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            if answer.delay_s:
+                await asyncio.sleep(answer.delay_s)
+        finally:
+            self.in_flight -= 1
         if answer.drop:
             assert request.transport is not None
             request.transport.close()
@@ -374,3 +380,27 @@ def test_retry_decision_matches_the_sdk(headers: dict[str, str], status: int) ->
         options = openai._models.FinalRequestOptions.construct(method="post", url="/x")
         theirs = sdk._calculate_retry_timeout(4 - taken, options, response.headers)
         assert ours == pytest.approx(theirs, abs=slack)
+
+
+def test_requests_in_flight_are_capped_however_many_callers_wait() -> None:
+    async def scenario() -> tuple[int, int]:
+        server = ScriptedServer([Answer(delay_s=0.05)])
+        url = await server.__aenter__()
+        client = DirectOpenAI(
+            sdk_client(url, max_retries=0),
+            request_timeout=30,
+            max_connections=16,
+            http=adapter._http(),
+            max_in_flight=3,
+        )
+        try:
+            await asyncio.gather(
+                *(client.post(PATH, body=BODY, cast_to=httpx.Response) for _ in range(12))
+            )
+        finally:
+            await client.close()
+            await server.__aexit__()
+        return server.peak_in_flight, len(server.seen)
+
+    peak, sent = asyncio.run(scenario())
+    assert (peak, sent) == (3, 12)

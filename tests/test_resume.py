@@ -69,15 +69,53 @@ def test_interrupted_run_resumes_without_repeating(
     result = project.run()
     result.assert_outcomes(passed=1)
     second_requests = project.server.stats()["chat_requests"]
-    # Exactly the missing examples were asked again; only in-flight work was ever repeated.
-    assert second_requests == N - finished
-    assert first_requests + second_requests <= N + CONCURRENCY
     [run_dir] = project.run_dirs("alpha")
+    reused = json.loads((run_dir / "metadata.json").read_text())["reused_answers"]
+    # Exactly the missing examples were asked again, less the answers that had arrived; only
+    # requests in flight at the kill were ever repeated.
+    assert second_requests + reused == N - finished
+    assert first_requests + second_requests <= N + CONCURRENCY
     results = read_jsonl(run_dir / "results.jsonl")
     assert sorted(r["example_id"] for r in results) == list(range(N))
     result.stdout.fnmatch_lines(
-        [f"alpha: resumed: {finished}/{N} examples from run {run_dir.name}"]
+        [f"alpha: resumed: {finished}/{N} examples from run {run_dir.name}*"]
     )
+    assert not (run_dir / "answers.journal").exists()  # a complete run needs it no more
+
+
+def test_answers_received_before_a_kill_are_not_requested_again(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=N, extra_yaml=f"eval: {{max_concurrent: {CONCURRENCY}, rollouts: 2}}\n")
+    # Each example's second rollout is held: every example in progress has one answer in hand.
+    project.server.configure(hold_repeats=600)
+    process = start_pytest(project)
+    deadline = time.monotonic() + 60
+    while (stats := project.server.stats()).get("in_flight", 0) < CONCURRENCY:
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
+    time.sleep(0.5)  # the answers sent before the slots filled up have arrived
+    answered = project.server.stats()["completed_requests"]
+    process.send_signal(signal.SIGKILL)
+    process.wait(30)
+    [run_dir] = project.run_dirs("alpha")
+    assert (run_dir / "answers.journal").exists()
+    assert answered >= CONCURRENCY // 2 and not (run_dir / "checkpoint.jsonl").read_bytes()
+
+    project.server.configure(hold_repeats=0.0, reset_stats=True)
+    result = project.run()
+    result.assert_outcomes(passed=1)
+    # Every answer received before the kill was used, none asked for again.
+    assert project.server.stats()["chat_requests"] == 2 * N - answered
+    result.stdout.fnmatch_lines(
+        [
+            f"alpha: resumed: 0/{N} examples from run {run_dir.name}; {answered} answers "
+            "received before the interruption reused"
+        ]
+    )
+    results = read_jsonl(run_dir / "results.jsonl")
+    assert len(results) == 2 * N and all(r["reward"] == 1.0 for r in results)
+    assert not (run_dir / "answers.journal").exists()
     assert json.loads((run_dir / "metadata.json").read_text())["num_examples"] == N
 
 

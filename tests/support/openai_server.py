@@ -37,6 +37,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "fail_rate": 0.0,
     "fail_status": 500,
     "delay": 0.0,
+    "hold_repeats": 0.0,  # seconds to hold a question asked before (a second rollout, ...)
     "salt_per_rollout": False,
     "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
 }
@@ -98,6 +99,8 @@ class FakeModel:
         try:
             if self.settings["delay"]:
                 await asyncio.sleep(float(self.settings["delay"]))
+            if self.settings["hold_repeats"] and self.by_question[question] > 1:
+                await _hold(request, float(self.settings["hold_repeats"]))
             if self.fraction("fail", question) < float(self.settings["fail_rate"]):
                 self.stats["failed_requests"] += 1
                 return web.json_response(
@@ -143,6 +146,16 @@ class FakeModel:
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+
+async def _hold(request: web.Request, seconds: float) -> None:
+    """Sleep, but only while the client is still connected (aiohttp does not cancel a handler
+    whose client went away, and a held handler would delay the server's shutdown)."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        if request.transport is None or request.transport.is_closing():
+            return
+        await asyncio.sleep(0.05)
 
 
 def _wrong(expected: str) -> str:

@@ -1,0 +1,192 @@
+"""Answers the server sent for examples that are not finished yet, kept on disk.
+
+An example is checkpointed only once all its rollouts are scored. Without this journal, a run
+killed between "the server answered" and "the example was scored" would send those requests
+again on resume: for a model that thinks for minutes per answer, that is paid-for work thrown
+away, and it is why a run could not have more examples in progress than requests in flight.
+
+Every successful answer is appended to ``<run dir>/answers.journal`` the moment it arrives,
+keyed by its example and a hash of the exact request: its path (``chat/completions``) and JSON
+body, not the host, which may differ on resume (another port, a new proxy). On resume the
+answers of examples the checkpoint does not hold yet are loaded, and a request whose example
+and bytes match a stored answer gets that answer back instead of going to the server (several
+identical requests -- the rollouts of one example -- each get a different stored answer, in
+order). Only the body and the headers that decode it are stored.
+Multi-turn rollouts replay turn by turn: the second request contains the first answer, so it
+matches only when the first was replayed.
+
+The file is append-only: a record is a JSON header line followed by the answer's raw bytes. A
+record torn by a crash ends the readable part; the file is cut there. Answers of finished
+examples are dead weight and the file is rewritten without them once they make up most of it,
+so it stays small however long the run; it is deleted when the run completes.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import os
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+FILENAME = "answers.journal"
+#: Rewrite the file once this many bytes belong to finished examples (and most of it does).
+COMPACT_AFTER_BYTES = 8 * 2**20
+
+#: The example whose rollouts the current task runs (set by the adapter's workers).
+current_example: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "pytest_modal_eval_example", default=None
+)
+
+RawHeaders = tuple[tuple[bytes, bytes], ...]
+#: The answer headers kept: what decoding the body needs. Others (cookies, tracing ids, a
+#: gateway's) are not written to disk.
+KEPT_HEADERS = frozenset({b"content-type", b"content-encoding"})
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    raw_headers: RawHeaders
+    content: bytes
+
+
+def request_key(path: str, body: bytes) -> str:
+    return hashlib.sha256(path.lstrip("/").encode() + b"\n" + body).hexdigest()
+
+
+class AnswerJournal:
+    """``<run dir>/answers.journal``: see the module docstring. Not thread-safe (one event loop)."""
+
+    def __init__(self, path: Path, finished: Callable[[int], bool]) -> None:
+        """Open ``path``, keeping the stored answers of examples ``finished`` says are not."""
+        self.path = path
+        # (example, request key) -> stored answers not handed out yet in this process
+        self._replay: dict[tuple[int, str], deque[Answer]] = defaultdict(deque)
+        # example -> (offset, length) of its records in the file, for rewriting
+        self._records: dict[int, list[tuple[int, int]]] = {}
+        self._dead_bytes = self._live_bytes = self._size = 0
+        self.replayed = 0
+        kept = [record for record in _read(path) if not finished(record[0])]
+        self._fd = -1
+        self._rewrite([_encode(*record) for record in kept], [record[0] for record in kept])
+        for example, key, answer in kept:
+            self._replay[(example, key)].append(answer)
+
+    def replay(self, example: int | None, key: str) -> Answer | None:
+        """A stored answer to this request of ``example``, each handed out once; else None."""
+        if example is None:
+            return None
+        stored = self._replay.get((example, key))
+        if not stored:
+            return None
+        self.replayed += 1
+        answer = stored.popleft()
+        if not stored:
+            del self._replay[(example, key)]
+        return answer
+
+    def record(self, example: int | None, key: str, answer: Answer) -> None:
+        """Append an answer that just arrived (a no-op outside an example's task)."""
+        if example is None or self._fd < 0:
+            return
+        data = _encode(example, key, answer)
+        # One write per record: a killed process leaves whole records (a crash may tear the
+        # last one, which reading stops at).
+        written = os.write(self._fd, data)
+        while written < len(data):  # only a full disk or a signal writes less
+            written += os.write(self._fd, data[written:])
+        self._records.setdefault(example, []).append((self._size, len(data)))
+        self._size += len(data)
+        self._live_bytes += len(data)
+
+    def finished(self, example: int) -> None:
+        """``example`` is checkpointed: its answers are no longer needed."""
+        for _, length in self._records.pop(example, ()):
+            self._dead_bytes += length
+            self._live_bytes -= length
+        if self._replay:  # after a resume: answers this example did not ask for again
+            for key in [k for k in self._replay if k[0] == example]:
+                del self._replay[key]
+        if self._dead_bytes >= COMPACT_AFTER_BYTES and self._dead_bytes > self._live_bytes:
+            self._compact()
+
+    def close(self, *, complete: bool) -> None:
+        """Close the file; delete it when the run is ``complete`` (nothing left to replay)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if complete:
+            self.path.unlink(missing_ok=True)
+
+    def _compact(self) -> None:
+        live: list[bytes] = []
+        examples: list[int] = []
+        for example, records in self._records.items():
+            for offset, length in records:
+                live.append(os.pread(self._fd, length, offset))
+                examples.append(example)
+        self._rewrite(live, examples)
+
+    def _rewrite(self, records: list[bytes], examples: list[int]) -> None:
+        """Replace the file by ``records`` (whole, encoded) and append after them."""
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_bytes(b"".join(records))
+        os.replace(tmp, self.path)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        self._records = {}
+        offset = 0
+        for example, data in zip(examples, records, strict=True):
+            self._records.setdefault(example, []).append((offset, len(data)))
+            offset += len(data)
+        self._dead_bytes, self._live_bytes, self._size = 0, offset, offset
+
+
+def _encode(example: int, key: str, answer: Answer) -> bytes:
+    header = {
+        "example": example,
+        "key": key,
+        "status": answer.status,
+        "headers": [
+            [name.decode("latin-1"), value.decode("latin-1")]
+            for name, value in answer.raw_headers
+            if name.lower() in KEPT_HEADERS
+        ],
+        "length": len(answer.content),
+    }
+    return json.dumps(header, separators=(",", ":")).encode() + b"\n" + answer.content + b"\n"
+
+
+def _read(path: Path) -> list[tuple[int, str, Answer]]:
+    """Every whole record of the file, in order; stops at a torn or unreadable tail."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    records = []
+    position = 0
+    while position < len(data):
+        end = data.find(b"\n", position)
+        if end < 0:
+            break
+        try:
+            header = json.loads(data[position:end])
+            length = int(header["length"])
+            start, stop = end + 1, end + 1 + length
+            if length < 0 or data[stop : stop + 1] != b"\n":
+                break
+            answer = Answer(
+                int(header["status"]),
+                tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in header["headers"]),
+                data[start:stop],
+            )
+            records.append((int(header["example"]), str(header["key"]), answer))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            break
+        position = stop + 1
+    return records

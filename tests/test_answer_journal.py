@@ -1,0 +1,168 @@
+"""The answer journal: answers of unfinished examples survive a kill and are replayed, once each.
+
+The end-to-end case (a killed pytest run whose resume does not ask again for answers it had
+received) is in tests/test_resume.py; here the file format and DirectOpenAI's use of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pytest_modal_eval import adapter, answer_journal
+from pytest_modal_eval.answer_journal import Answer, AnswerJournal, current_example, request_key
+from pytest_modal_eval.direct_client import DirectOpenAI
+from tests.test_direct_client import (
+    BODY,
+    PATH,
+    ScriptedServer,
+    sdk_client,
+)
+from tests.test_direct_client import (
+    Answer as Scripted,
+)
+
+CONTENT_TYPE = (b"Content-Type", b"application/json")
+GZIP = (b"Content-Encoding", b"gzip")
+COOKIE = (b"Set-Cookie", b"session=s3cr\xe9t")  # not needed to read the body: not stored
+
+
+def answer(text: str, status: int = 200, *, cookie: bool = True) -> Answer:
+    headers = (CONTENT_TYPE, COOKIE) if cookie else (CONTENT_TYPE,)
+    return Answer(status, headers, text.encode())
+
+
+def stored(text: str, status: int = 200) -> Answer:
+    """What replaying ``answer(text)`` gives: the body and the headers that decode it."""
+    return answer(text, status, cookie=False)
+
+
+def nothing_finished(example: int) -> bool:
+    return False
+
+
+def test_answers_of_unfinished_examples_are_replayed_once_each_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "answers.journal"
+    journal = AnswerJournal(path, nothing_finished)
+    key = request_key("chat/completions", b'{"q":1}')
+    journal.record(1, key, answer("first rollout"))
+    journal.record(1, key, answer("second rollout"))  # the same request: another rollout
+    journal.record(2, key, answer("example 2"))
+    journal.record(None, key, answer("outside any example"))  # not recorded
+    journal.close(complete=False)
+
+    reopened = AnswerJournal(path, lambda example: example == 2)
+    assert reopened.replay(1, key) == stored("first rollout")
+    assert reopened.replay(1, key) == stored("second rollout")
+    assert reopened.replay(1, key) is None  # each answer is handed out once
+    assert reopened.replay(2, key) is None  # example 2 is in the checkpoint already
+    assert reopened.replay(1, request_key("chat/completions", b'{"q":2}')) is None
+    assert reopened.replay(None, key) is None
+    assert reopened.replayed == 2
+    assert b"s3cr" not in path.read_bytes()
+    reopened.close(complete=False)
+    # Not finished yet, so still there for the next resume; a complete run removes the file.
+    again = AnswerJournal(path, nothing_finished)
+    assert again.replay(1, key) == stored("first rollout")
+    again.close(complete=True)
+    assert not path.exists()
+
+
+def test_the_encoding_header_is_kept_with_the_raw_body(tmp_path: Path) -> None:
+    path = tmp_path / "answers.journal"
+    journal = AnswerJournal(path, nothing_finished)
+    compressed = Answer(200, (GZIP, CONTENT_TYPE), bytes(range(256)) + b"\n\n")
+    journal.record(4, "k", compressed)
+    journal.close(complete=False)
+    assert AnswerJournal(path, nothing_finished).replay(4, "k") == compressed
+
+
+def test_a_torn_last_record_is_cut_off_and_appending_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "answers.journal"
+    journal = AnswerJournal(path, nothing_finished)
+    journal.record(1, "k", answer("whole"))
+    journal.close(complete=False)
+    intact = path.read_bytes()
+    journal = AnswerJournal(path, nothing_finished)
+    journal.record(2, "k", answer("torn by a crash"))
+    journal.close(complete=False)
+    path.write_bytes(path.read_bytes()[: len(intact) + 30])  # header whole, content cut
+
+    reopened = AnswerJournal(path, nothing_finished)
+    assert path.read_bytes() == intact
+    assert reopened.replay(2, "k") is None
+    reopened.record(3, "k", answer("after the tear"))
+    reopened.close(complete=False)
+    last = AnswerJournal(path, nothing_finished)
+    assert last.replay(1, "k") == stored("whole")
+    assert last.replay(3, "k") == stored("after the tear")
+
+
+@pytest.mark.parametrize("garbage", [b"not json\n", b'{"length": 5}\nabc', b"\xff\xfe"])
+def test_an_unreadable_tail_ends_the_readable_part(tmp_path: Path, garbage: bytes) -> None:
+    path = tmp_path / "answers.journal"
+    journal = AnswerJournal(path, nothing_finished)
+    journal.record(1, "k", answer("kept"))
+    journal.close(complete=False)
+    path.write_bytes(path.read_bytes() + garbage)
+    assert AnswerJournal(path, nothing_finished).replay(1, "k") == stored("kept")
+
+
+def test_answers_of_finished_examples_are_dropped_from_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(answer_journal, "COMPACT_AFTER_BYTES", 2000)
+    path = tmp_path / "answers.journal"
+    journal = AnswerJournal(path, nothing_finished)
+    journal.record(0, "k", answer("still running"))
+    sizes = []
+    for example in range(1, 200):
+        journal.record(example, "k", answer(f"answer {example} " + "x" * 100))
+        journal.finished(example)
+        sizes.append(path.stat().st_size)
+    assert max(sizes) < 2 * 2000 + 500  # rewritten whenever finished answers pile up
+    journal.record(500, "k", answer("recorded after a rewrite"))
+    journal.close(complete=False)
+    reopened = AnswerJournal(path, nothing_finished)
+    assert reopened.replay(0, "k") == stored("still running")
+    assert reopened.replay(500, "k") == stored("recorded after a rewrite")
+    assert reopened.replay(150, "k") is None
+
+
+def test_direct_client_records_answers_and_replays_them_without_sending(tmp_path: Path) -> None:
+    path = tmp_path / "answers.journal"
+
+    async def rollouts(journal: AnswerJournal) -> tuple[list[bytes], int]:
+        server = ScriptedServer([Scripted()])
+        url = await server.__aenter__()
+        client = DirectOpenAI(
+            sdk_client(url, max_retries=0),
+            request_timeout=30,
+            max_connections=8,
+            http=adapter._http(),
+            journal=journal,
+        )
+
+        async def rollout(example: int) -> bytes:
+            current_example.set(example)  # as the adapter's worker sets it
+            response = await client.post(PATH, body=BODY, cast_to=httpx.Response, options={})
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("application/json")
+            return bytes(response.content)
+
+        try:
+            contents = list(await asyncio.gather(rollout(7), rollout(7), rollout(8)))
+        finally:
+            await client.close()
+            await server.__aexit__()
+        return contents, len(server.seen)
+
+    first, sent = asyncio.run(rollouts(AnswerJournal(path, nothing_finished)))
+    assert sent == 3
+    # Killed before any example was checkpointed; example 8 made it in the end.
+    replayed, sent_again = asyncio.run(rollouts(AnswerJournal(path, lambda e: e == 8)))
+    assert sent_again == 1  # example 8's request only
+    assert replayed == first
