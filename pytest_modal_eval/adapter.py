@@ -9,6 +9,7 @@ example to a callback as soon as it completes (nothing is accumulated here).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from pytest_modal_eval.answer_journal import AnswerJournal, current_example
+from pytest_modal_eval.rollout_seeds import GroupSeeds, current_group, seeded
 
 #: Environments shipped with the plugin, resolved without a separate installation.
 BUNDLED = {"file-qa": "pytest_modal_eval.envs.file_qa"}
@@ -184,6 +186,7 @@ async def run_examples(
     extra_headers: dict[str, str] | None = None,
     prefetch: int = 0,
     journal: AnswerJournal | None = None,
+    rollout_indexes: Callable[[int], Sequence[int]] | None = None,
 ) -> None:
     """Run ``rollouts`` rollouts of each row; call ``on_example`` as each example finishes.
 
@@ -196,7 +199,9 @@ async def run_examples(
     for unfinished examples are recorded and replayed after a resume, so starting examples
     ahead does not add requests sent twice. Rows are pulled lazily so memory stays flat however
     large the dataset. ``should_stop`` is polled after each example; a non-None return cancels
-    the rest (e.g. the endpoint is down) and is raised as :class:`RunAborted`.
+    the rest (e.g. the endpoint is down) and is raised as :class:`RunAborted`. Rollout ``r`` of
+    an example samples with ``seed + r`` (see :mod:`pytest_modal_eval.rollout_seeds`); which
+    ``r`` an example still needs is ``rollout_indexes(example_id)``, else ``range(rollouts)``.
     """
     client = chat_client(
         endpoint,
@@ -214,11 +219,15 @@ async def run_examples(
         # Each worker pulls the next row when it is free: rows are read lazily, in order, and
         # finishing an example costs O(1), not a scan of everything in flight.
         for row in pending:
-            current_example.set(int(row["example_id"]))  # the journal's key (tasks copy it)
+            example_id = int(row["example_id"])
+            # Read by the client in this task and the rollout tasks verifiers starts from it.
+            current_example.set(example_id)  # the journal's key
+            indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
+            current_group.set(GroupSeeds(indexes))
             outputs = await env.run_group(
                 [dict(row) for _ in range(rollouts)], client, endpoint.model, sampling_args
             )
-            on_example(int(row["example_id"]), [dict(output) for output in outputs])
+            on_example(example_id, [dict(output) for output in outputs])
             reason = should_stop()
             if reason is not None:
                 raise RunAborted(reason)
@@ -255,7 +264,6 @@ def chat_client(
     exactly as verifiers resolves them.
     """
     import openai
-    from verifiers.clients import OpenAIChatCompletionsClient
     from verifiers.types import ClientConfig
     from verifiers.utils.client_utils import _build_headers_and_api_key
 
@@ -286,7 +294,7 @@ def chat_client(
         default_headers=headers,
         http_client=http_client,
     )
-    return OpenAIChatCompletionsClient(
+    return _seeded_client_class()(
         DirectOpenAI(
             sdk,
             request_timeout=request_timeout,
@@ -296,6 +304,21 @@ def chat_client(
             journal=journal,
         )
     )
+
+
+@functools.cache
+def _seeded_client_class() -> type:
+    """verifiers' chat client, asking with each rollout's own seed (:mod:`.rollout_seeds`)."""
+    from verifiers.clients import OpenAIChatCompletionsClient
+
+    class SeededChatClient(OpenAIChatCompletionsClient):  # type: ignore[misc]
+        async def get_response(
+            self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **kwargs: Any
+        ) -> Any:
+            sampling_args = seeded(sampling_args, kwargs.get("state"))
+            return await super().get_response(prompt, model, sampling_args, tools, **kwargs)
+
+    return SeededChatClient
 
 
 def _http() -> Any:

@@ -98,7 +98,7 @@ class EvalConfig(BaseModel):
     rollouts: int = Field(1, ge=1, description="rollouts per example")
     max_concurrent: int = Field(64, ge=1, description="requests in flight, not groups")
     prefetch: int = Field(
-        2,
+        1,
         ge=0,
         description="examples started ahead per example in flight, waiting to send the moment "
         "an answer frees a request slot; 0 for environments whose rollouts are costly to set up",

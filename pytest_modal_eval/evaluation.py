@@ -275,7 +275,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
             with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
                 _run_grouped(
                     run_dir, env, rows, still_missing, request, sampling, handle, should_stop,
-                    journal,
+                    journal, state.missing,
                 )  # fmt: skip
     finally:
         checkpoint.close()
@@ -315,6 +315,7 @@ def _run_grouped(
     handle: Callable[[int, list[dict[str, Any]]], None],
     should_stop: Callable[[], str | None],
     journal: AnswerJournal,
+    rollout_indexes: Callable[[int], Sequence[int]],
 ) -> None:
     config = request.benchmark.config
     log_route = None
@@ -340,6 +341,7 @@ def _run_grouped(
                 extra_headers=log_route,
                 prefetch=config.eval.prefetch,
                 journal=journal,
+                rollout_indexes=rollout_indexes,
             )
         )
 

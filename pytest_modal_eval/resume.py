@@ -38,7 +38,7 @@ def answer_fields(
     ``num_examples`` is deliberately absent: examples are keyed by id, so a run over the
     first 100 examples is continued, not repeated, by a later run over all of them.
     """
-    return {
+    fields = {
         "model": model,
         "endpoint": endpoint_identity,
         "env_id": env_id,
@@ -49,6 +49,10 @@ def answer_fields(
         "chat_template": chat_template,
         "vllm": {k: vllm.get(k) for k in ("max_model_len", "dtype", "extra_args")},
     }
+    if rollouts > 1 and sampling.get("seed") is not None:
+        # Runs made when every rollout sent the same seed are not continued with distinct ones.
+        fields["rollout_seeds"] = "seed + rollout index"
+    return fields
 
 
 def canonical_hash(value: Any, length: int = 16) -> str:

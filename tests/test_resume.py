@@ -96,6 +96,8 @@ def test_answers_received_before_a_kill_are_not_requested_again(
         time.sleep(0.05)
     time.sleep(0.5)  # the answers sent before the slots filled up have arrived
     answered = project.server.stats()["completed_requests"]
+    # A question's first request was answered, its second is held.
+    first_seeds = {q: seeds[0] for q, seeds in project.server.stats()["seeds_by_question"].items()}
     process.send_signal(signal.SIGKILL)
     process.wait(30)
     [run_dir] = project.run_dirs("alpha")
@@ -105,8 +107,13 @@ def test_answers_received_before_a_kill_are_not_requested_again(
     project.server.configure(hold_repeats=0.0, reset_stats=True)
     result = project.run()
     result.assert_outcomes(passed=1)
-    # Every answer received before the kill was used, none asked for again.
-    assert project.server.stats()["chat_requests"] == 2 * N - answered
+    # Every answer received before the kill was used, none asked for again; the rollouts
+    # still missing asked with the seeds the answered ones did not have.
+    stats = project.server.stats()
+    assert stats["chat_requests"] == 2 * N - answered == 2 * N - len(first_seeds)
+    for question, seeds in stats["seeds_by_question"].items():
+        kept = [first_seeds[question]] if question in first_seeds else []
+        assert sorted(kept + seeds) == [0, 1], question
     result.stdout.fnmatch_lines(
         [
             f"alpha: resumed: 0/{N} examples from run {run_dir.name}; {answered} answers "

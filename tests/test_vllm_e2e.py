@@ -316,6 +316,12 @@ def test_untrained_model_fails_the_gate_and_leaves_no_vllm(
     untrained = vllm_check.untrained_demo_model(python, pytestconfig.cache, tmp_path / "model")
     project = Project(project_dir, python, untrained)
     project.add_demo()
+    # Same server profile (sampling is not part of it): no second vLLM start.
+    project.add_demo(
+        "arithmetic_sampled",
+        sampling={"temperature": 1.0},
+        eval={"num_examples": 10, "rollouts": 4},
+    )
     result = project.run("--junitxml=junit.xml")
     left = processes_under(project_dir)
 
@@ -329,6 +335,18 @@ def test_untrained_model_fails_the_gate_and_leaves_no_vllm(
         assert metadata["avg_reward"] <= 0.1
         assert "arithmetic: gate failed" in result.stdout
         assert re.search(r"- mean reward 0\.\d+ .* < gate\.min_avg_reward 0\.9", result.stdout)
+
+    with subtests.test("the rollouts of an example are sampled with their own seeds"):
+        # sampling.seed is 0: were it sent unchanged with every rollout, vLLM would return
+        # the same completion four times (it did, before each rollout got seed + rollout).
+        results = project.run_dir("arithmetic_sampled") / "results.jsonl"
+        rows = [json.loads(line) for line in results.read_text().splitlines()]
+        assert len(rows) == 40, describe(result)
+        by_example: dict[int, set[str]] = {}
+        for row in rows:
+            by_example.setdefault(row["example_id"], set()).add(json.dumps(row["completion"]))
+        varied = sum(len(completions) > 1 for completions in by_example.values())
+        assert varied >= 8, by_example
 
     with subtests.test("no vLLM process survives a failing run"):
         assert left == [], f"left behind: {left}"

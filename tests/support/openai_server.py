@@ -49,6 +49,7 @@ class FakeModel:
         self.answers = answers
         self.stats: Counter[str] = Counter()
         self.by_question: Counter[str] = Counter()
+        self.seeds_by_question: dict[str, list[Any]] = {}  # the "seed" of each request
         self.in_flight = 0
 
     def answer_for(self, question: str) -> str | None:
@@ -95,6 +96,7 @@ class FakeModel:
             (m.get("content", "") for m in reversed(body["messages"]) if m["role"] == "user"), ""
         )
         self.by_question[question] += 1
+        self.seeds_by_question.setdefault(question, []).append(body.get("seed"))
         self.in_flight += 1
         try:
             if self.settings["delay"]:
@@ -130,7 +132,12 @@ class FakeModel:
 
     async def get_stats(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {**self.stats, "in_flight": self.in_flight, "by_question": dict(self.by_question)}
+            {
+                **self.stats,
+                "in_flight": self.in_flight,
+                "by_question": dict(self.by_question),
+                "seeds_by_question": self.seeds_by_question,
+            }
         )
 
     async def set_config(self, request: web.Request) -> web.Response:
@@ -141,6 +148,7 @@ class FakeModel:
         if update.pop("reset_stats", False):
             self.stats.clear()
             self.by_question.clear()
+            self.seeds_by_question.clear()
         self.settings.update(update)
         return web.json_response(self.settings)
 
