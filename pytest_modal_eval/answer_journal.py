@@ -16,21 +16,26 @@ Multi-turn rollouts replay turn by turn: the second request contains the first a
 matches only when the first was replayed.
 
 The file is append-only: a record is a JSON header line followed by the answer's raw bytes. A
-record torn by a crash ends the readable part; the file is cut there. Answers of finished
-examples are dead weight and the file is rewritten without them once they make up most of it,
-so it stays small however long the run; it is deleted when the run completes.
+record torn by a crash ends the readable part; the file is cut there. Answers of examples in
+the checkpoint are dead weight and the file is rewritten without them once they make up most
+of it, so it stays small however long the run; it is deleted once no answer in it is needed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import json
+import logging
 import os
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 FILENAME = "answers.journal"
 #: Rewrite the file once this many bytes belong to finished examples (and most of it does).
@@ -59,41 +64,72 @@ def request_key(path: str, body: bytes) -> str:
 
 
 class AnswerJournal:
-    """``<run dir>/answers.journal``: see the module docstring. Not thread-safe (one event loop)."""
+    """``<run dir>/answers.journal``: see the module docstring. Not thread-safe (one event loop).
+
+    The journal only saves work: when the file cannot be written (a full disk, a read-only
+    directory) it logs one warning and stops recording, and the run goes on as without it.
+    """
 
     def __init__(self, path: Path, finished: Callable[[int], bool]) -> None:
-        """Open ``path``, keeping the stored answers of examples ``finished`` says are not."""
+        """Open ``path``, keeping the stored answers of the examples ``finished`` says are not
+        (an example outside this run's selection is not: its answers stay for a later run)."""
         self.path = path
-        # (example, request key) -> stored answers not handed out yet in this process
-        self._replay: dict[tuple[int, str], deque[Answer]] = defaultdict(deque)
+        # example -> request key -> stored answers not handed out yet in this process
+        self._replay: dict[int, dict[str, deque[Answer]]] = {}
         # example -> (offset, length) of its records in the file, for rewriting
         self._records: dict[int, list[tuple[int, int]]] = {}
         self._dead_bytes = self._live_bytes = self._size = 0
-        self.replayed = 0
-        kept = [record for record in _read(path) if not finished(record[0])]
         self._fd = -1
-        self._rewrite([_encode(*record) for record in kept], [record[0] for record in kept])
+        self.replayed = 0
+        try:
+            stored = _read(path)
+        except OSError as exc:
+            log.warning("answer journal %s cannot be read (%s): starting without it", path, exc)
+            stored = []
+        kept = [record for record in stored if not finished(record[0])]
         for example, key, answer in kept:
-            self._replay[(example, key)].append(answer)
+            self._replay.setdefault(example, {}).setdefault(key, deque()).append(answer)
+        self._guarded(
+            self._rewrite, [_encode(*record) for record in kept], [record[0] for record in kept]
+        )
 
     def replay(self, example: int | None, key: str) -> Answer | None:
         """A stored answer to this request of ``example``, each handed out once; else None."""
-        if example is None:
-            return None
-        stored = self._replay.get((example, key))
+        stored = self._replay.get(example, {}).get(key) if example is not None else None
         if not stored:
             return None
         self.replayed += 1
-        answer = stored.popleft()
-        if not stored:
-            del self._replay[(example, key)]
-        return answer
+        return stored.popleft()
 
     def record(self, example: int | None, key: str, answer: Answer) -> None:
         """Append an answer that just arrived (a no-op outside an example's task)."""
-        if example is None or self._fd < 0:
-            return
-        data = _encode(example, key, answer)
+        if example is not None and self._fd >= 0:
+            self._guarded(self._append, example, _encode(example, key, answer))
+
+    def finished(self, example: int) -> None:
+        """``example`` is in the checkpoint (finished, or errored and to be retried afresh):
+        its answers are no longer needed."""
+        for _, length in self._records.pop(example, ()):
+            self._dead_bytes += length
+            self._live_bytes -= length
+        self._replay.pop(example, None)
+        if self._dead_bytes >= COMPACT_AFTER_BYTES and self._dead_bytes > self._live_bytes:
+            self._guarded(self._compact)
+
+    def close(self) -> None:
+        """Close the file: deleted when no answer in it is needed any more, else rewritten
+        without the answers of finished examples."""
+        if self._fd >= 0 and self._live_bytes == 0:
+            os.close(self._fd)
+            self._fd = -1
+            self.path.unlink(missing_ok=True)
+        elif self._fd >= 0 and self._dead_bytes:
+            self._guarded(self._compact)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _append(self, example: int, data: bytes) -> None:
         # One write per record: a killed process leaves whole records (a crash may tear the
         # last one, which reading stops at).
         written = os.write(self._fd, data)
@@ -102,25 +138,6 @@ class AnswerJournal:
         self._records.setdefault(example, []).append((self._size, len(data)))
         self._size += len(data)
         self._live_bytes += len(data)
-
-    def finished(self, example: int) -> None:
-        """``example`` is checkpointed: its answers are no longer needed."""
-        for _, length in self._records.pop(example, ()):
-            self._dead_bytes += length
-            self._live_bytes -= length
-        if self._replay:  # after a resume: answers this example did not ask for again
-            for key in [k for k in self._replay if k[0] == example]:
-                del self._replay[key]
-        if self._dead_bytes >= COMPACT_AFTER_BYTES and self._dead_bytes > self._live_bytes:
-            self._compact()
-
-    def close(self, *, complete: bool) -> None:
-        """Close the file; delete it when the run is ``complete`` (nothing left to replay)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if complete:
-            self.path.unlink(missing_ok=True)
 
     def _compact(self) -> None:
         live: list[bytes] = []
@@ -137,7 +154,8 @@ class AnswerJournal:
         tmp.write_bytes(b"".join(records))
         os.replace(tmp, self.path)
         if self._fd >= 0:
-            os.close(self._fd)
+            fd, self._fd = self._fd, -1
+            os.close(fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         self._records = {}
         offset = 0
@@ -145,6 +163,24 @@ class AnswerJournal:
             self._records.setdefault(example, []).append((offset, len(data)))
             offset += len(data)
         self._dead_bytes, self._live_bytes, self._size = 0, offset, offset
+
+    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
+        """Run a file step; on an OS error, cut a torn record off, warn once, stop recording."""
+        try:
+            step(*args)
+        except OSError as exc:
+            log.warning(
+                "answer journal %s: %s; answers are no longer recorded in this run (a resume "
+                "after an interruption will ask the server again for the unfinished examples)",
+                self.path,
+                exc,
+            )
+            if self._fd >= 0:
+                fd, self._fd = self._fd, -1
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._size)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def _encode(example: int, key: str, answer: Answer) -> bytes:

@@ -29,6 +29,7 @@ from pytest_modal_eval.resume import (
     differing_fields,
     fingerprint_rows,
 )
+from pytest_modal_eval.rollout_seeds import match_rollouts
 from pytest_modal_eval.run_state import RunState
 from pytest_modal_eval.runstore import (
     CHECKPOINT_VERSION,
@@ -205,6 +206,12 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
 
     consecutive_errors = 0
     start_time = datetime.now(UTC).isoformat()
+    # Answers of examples outside this selection are kept, not dropped, for a later run. (The
+    # journal reports its own I/O problems as warnings and never raises.)
+    journal = AnswerJournal(
+        run_dir / JOURNAL_FILENAME,
+        lambda i: state.positions.get(i) is not None and state.finished(i),
+    )
 
     def meta() -> dict[str, Any]:
         return _meta(run_id, config.env_id, request.model, rollouts, state, total, start_time)
@@ -214,14 +221,20 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
 
     def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
         nonlocal done, reward_sum, counted, consecutive_errors, next_progress
+        claimed = [output.get(adapter.ROLLOUT_COLUMN) for output in outputs]
         records = [
-            rollout_record(output, rollout, config.env_id)
-            for output, rollout in zip(outputs, state.missing(example_id), strict=False)
+            rollout_record(
+                output, rollout, config.env_id, slot_wait_s=output.get(adapter.SLOT_WAIT_COLUMN)
+            )
+            for output, rollout in zip(
+                outputs, match_rollouts(claimed, state.missing(example_id)), strict=False
+            )
         ]
         checkpoint.append(records, config.eval.checkpoint_every)
         state.add(records)
-        if state.finished(example_id):
-            journal.finished(example_id)  # its answers are in the checkpoint now
+        # Every rollout of it is now in the checkpoint, finished or errored (an errored one is
+        # retried afresh): none of its answers may be replayed again.
+        journal.finished(example_id)
         done += 1
         if done >= next_progress:
             next_progress += progress_step
@@ -269,7 +282,6 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     # list of the pending rows themselves held ~1 kB per example for the whole run.
     still_missing = array("I", (len(state.missing(i)) for i in selected_ids))
     checkpoint.open()
-    journal = AnswerJournal(run_dir / JOURNAL_FILENAME, state.finished)
     try:
         if any(still_missing):
             with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
@@ -280,7 +292,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     finally:
         checkpoint.close()
         checkpoint.write_meta(meta, force=True)
-        journal.close(complete=all(state.finished(i) for i in selected_ids))
+        journal.close()
 
     outcome = _summarise(run_dir, run_id, state, started)
     outcome.resumed_examples = finished_before

@@ -7,6 +7,7 @@ received) is in tests/test_resume.py; here the file format and DirectOpenAI's us
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import httpx
@@ -52,7 +53,7 @@ def test_answers_of_unfinished_examples_are_replayed_once_each_in_order(tmp_path
     journal.record(1, key, answer("second rollout"))  # the same request: another rollout
     journal.record(2, key, answer("example 2"))
     journal.record(None, key, answer("outside any example"))  # not recorded
-    journal.close(complete=False)
+    journal.close()
 
     reopened = AnswerJournal(path, lambda example: example == 2)
     assert reopened.replay(1, key) == stored("first rollout")
@@ -63,12 +64,13 @@ def test_answers_of_unfinished_examples_are_replayed_once_each_in_order(tmp_path
     assert reopened.replay(None, key) is None
     assert reopened.replayed == 2
     assert b"s3cr" not in path.read_bytes()
-    reopened.close(complete=False)
+    reopened.close()
     # Not finished yet, so still there for the next resume; a complete run removes the file.
     again = AnswerJournal(path, nothing_finished)
     assert again.replay(1, key) == stored("first rollout")
-    again.close(complete=True)
-    assert not path.exists()
+    again.finished(1)
+    again.close()
+    assert not path.exists()  # no answer in it is needed any more
 
 
 def test_the_encoding_header_is_kept_with_the_raw_body(tmp_path: Path) -> None:
@@ -76,7 +78,7 @@ def test_the_encoding_header_is_kept_with_the_raw_body(tmp_path: Path) -> None:
     journal = AnswerJournal(path, nothing_finished)
     compressed = Answer(200, (GZIP, CONTENT_TYPE), bytes(range(256)) + b"\n\n")
     journal.record(4, "k", compressed)
-    journal.close(complete=False)
+    journal.close()
     assert AnswerJournal(path, nothing_finished).replay(4, "k") == compressed
 
 
@@ -84,18 +86,18 @@ def test_a_torn_last_record_is_cut_off_and_appending_goes_on(tmp_path: Path) -> 
     path = tmp_path / "answers.journal"
     journal = AnswerJournal(path, nothing_finished)
     journal.record(1, "k", answer("whole"))
-    journal.close(complete=False)
+    journal.close()
     intact = path.read_bytes()
     journal = AnswerJournal(path, nothing_finished)
     journal.record(2, "k", answer("torn by a crash"))
-    journal.close(complete=False)
+    journal.close()
     path.write_bytes(path.read_bytes()[: len(intact) + 30])  # header whole, content cut
 
     reopened = AnswerJournal(path, nothing_finished)
     assert path.read_bytes() == intact
     assert reopened.replay(2, "k") is None
     reopened.record(3, "k", answer("after the tear"))
-    reopened.close(complete=False)
+    reopened.close()
     last = AnswerJournal(path, nothing_finished)
     assert last.replay(1, "k") == stored("whole")
     assert last.replay(3, "k") == stored("after the tear")
@@ -106,7 +108,7 @@ def test_an_unreadable_tail_ends_the_readable_part(tmp_path: Path, garbage: byte
     path = tmp_path / "answers.journal"
     journal = AnswerJournal(path, nothing_finished)
     journal.record(1, "k", answer("kept"))
-    journal.close(complete=False)
+    journal.close()
     path.write_bytes(path.read_bytes() + garbage)
     assert AnswerJournal(path, nothing_finished).replay(1, "k") == stored("kept")
 
@@ -125,7 +127,7 @@ def test_answers_of_finished_examples_are_dropped_from_the_file(
         sizes.append(path.stat().st_size)
     assert max(sizes) < 2 * 2000 + 500  # rewritten whenever finished answers pile up
     journal.record(500, "k", answer("recorded after a rewrite"))
-    journal.close(complete=False)
+    journal.close()
     reopened = AnswerJournal(path, nothing_finished)
     assert reopened.replay(0, "k") == stored("still running")
     assert reopened.replay(500, "k") == stored("recorded after a rewrite")
@@ -166,3 +168,43 @@ def test_direct_client_records_answers_and_replays_them_without_sending(tmp_path
     replayed, sent_again = asyncio.run(rollouts(AnswerJournal(path, lambda e: e == 8)))
     assert sent_again == 1  # example 8's request only
     assert replayed == first
+
+
+def test_a_full_disk_cuts_the_torn_record_and_stops_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "answers.journal"
+    journal = AnswerJournal(path, nothing_finished)
+    journal.record(1, "k", answer("before the disk filled up"))
+    size = path.stat().st_size
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        if len(data) > 20:
+            real_write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    journal.record(2, "k", answer("lost"))  # no exception: the answer still reaches the caller
+    journal.record(3, "k", answer("not even tried"))
+    monkeypatch.setattr(os, "write", real_write)
+    journal.finished(1)
+    journal.close()
+    assert "No space left on device" in caplog.text
+    assert path.stat().st_size == size  # the half record was cut off
+    kept = AnswerJournal(path, nothing_finished)
+    assert kept.replay(1, "k") == stored("before the disk filled up")
+    assert kept.replay(2, "k") is None
+
+
+def test_an_unusable_journal_path_only_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "answers.journal"
+    path.mkdir()  # not a file: cannot be read, replaced or appended to
+    journal = AnswerJournal(path, nothing_finished)
+    journal.record(1, "k", answer("not recorded"))
+    journal.finished(1)
+    journal.close()
+    assert journal.replay(1, "k") is None
+    assert "answer journal" in caplog.text and path.is_dir()

@@ -232,3 +232,61 @@ def test_two_benchmarks_resume_in_parallel_under_xdist(project: BenchmarkProject
     for name in ("alpha", "beta"):
         [run_dir] = project.run_dirs(name)
         assert len(read_jsonl(run_dir / "results.jsonl")) == 20
+
+
+def test_an_errored_rollout_is_asked_again_not_replayed(project: BenchmarkProject) -> None:
+    """Rollout 1 of every example fails (the server answers 500 to a repeated question); its
+    sibling's answer, with the same request bytes (no seed), must not stand in for it."""
+    n = 10  # fewer than the errors in a row that abort a run
+    project.add(
+        "alpha",
+        n=n,
+        extra_yaml="sampling: {seed: null}\neval: {rollouts: 2, max_retries: 0}\n",
+        gate="gate: {min_avg_reward: 0.0, max_error_rate: 1.0}",
+    )
+    project.server.configure(fail_repeats=True)
+    project.run()  # every example errored: no score, whatever the gate says
+    [run_dir] = project.run_dirs("alpha")
+    assert project.server.stats()["failed_requests"] == n
+    assert (run_dir / "answers.journal").exists() is False  # nothing in it is needed
+
+    project.server.configure(fail_repeats=False, reset_stats=True)
+    result = project.run()
+    result.assert_outcomes(passed=1)
+    assert project.server.stats()["chat_requests"] == n  # the errored rollouts, from the server
+    assert json.loads((run_dir / "metadata.json").read_text())["reused_answers"] == 0
+    records = read_jsonl(run_dir / "results.jsonl")
+    assert len(records) == 2 * n and not any(r["error"] for r in records)
+
+
+def test_a_smaller_selection_keeps_the_answers_of_the_other_examples(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=N, extra_yaml=f"eval: {{max_concurrent: {CONCURRENCY}, rollouts: 2}}\n")
+    project.server.configure(hold_repeats=600)
+    process = start_pytest(project)
+    deadline = time.monotonic() + 60
+    while (stats := project.server.stats()).get("in_flight", 0) < CONCURRENCY:
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
+    time.sleep(0.5)
+    answered = project.server.stats()["completed_requests"]
+    process.send_signal(signal.SIGKILL)
+    process.wait(30)
+    project.server.configure(hold_repeats=0.0, reset_stats=True)
+
+    # The first example only: the answers of the others stay in the journal, unused.
+    first = project.run("--override", "eval.num_examples=1")
+    first.assert_outcomes(passed=1)
+    [run_dir] = project.run_dirs("alpha")
+    assert (run_dir / "answers.journal").exists()
+    reused_first = json.loads((run_dir / "metadata.json").read_text())["reused_answers"]
+    assert reused_first == 1 and project.server.stats()["chat_requests"] == 1
+
+    project.server.configure(reset_stats=True)
+    everything = project.run()
+    everything.assert_outcomes(passed=1)
+    reused = json.loads((run_dir / "metadata.json").read_text())["reused_answers"]
+    assert reused == answered - 1
+    assert project.server.stats()["chat_requests"] == 2 * (N - 1) - reused
+    assert not (run_dir / "answers.journal").exists()

@@ -38,6 +38,8 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "fail_status": 500,
     "delay": 0.0,
     "hold_repeats": 0.0,  # seconds to hold a question asked before (a second rollout, ...)
+    "fail_repeats": False,  # answer 500 to a question asked before
+    "right_when_seed_even": False,  # right answer exactly when the request's seed is even
     "salt_per_rollout": False,
     "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
 }
@@ -103,7 +105,8 @@ class FakeModel:
                 await asyncio.sleep(float(self.settings["delay"]))
             if self.settings["hold_repeats"] and self.by_question[question] > 1:
                 await _hold(request, float(self.settings["hold_repeats"]))
-            if self.fraction("fail", question) < float(self.settings["fail_rate"]):
+            repeat_fails = self.settings["fail_repeats"] and self.by_question[question] > 1
+            if repeat_fails or self.fraction("fail", question) < float(self.settings["fail_rate"]):
                 self.stats["failed_requests"] += 1
                 return web.json_response(
                     {"error": {"message": "injected failure", "type": "InternalServerError"}},
@@ -113,6 +116,8 @@ class FakeModel:
             if self.settings["salt_per_rollout"]:
                 salt += f"/{self.by_question[question]}"
             right = self.fraction(salt, question) < float(self.settings["accuracy"])
+            if self.settings["right_when_seed_even"]:
+                right = isinstance(body.get("seed"), int) and body["seed"] % 2 == 0
             expected = self.answer_for(question)
             if expected is None:
                 content = "I do not know."
