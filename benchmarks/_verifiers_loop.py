@@ -19,6 +19,7 @@ from typing import Any
 
 from benchmarks._common import MAX_TOKENS, MODEL_NAME, SYSTEM_PROMPT
 from pytest_modal_eval import adapter
+from pytest_modal_eval.config import EvalConfig
 
 
 def _verifiers_default_client(endpoint: adapter.Endpoint, **options: Any) -> Any:
@@ -86,6 +87,7 @@ def main() -> None:
             request_timeout=600,
             max_retries=3,
             on_example=on_example,
+            prefetch=EvalConfig.model_validate({}).prefetch,  # as the plugin runs it by default
         )
     )
     args.out.write_text(json.dumps({"times": times, "cpu_window_s": cpu[1] - cpu[0]}))

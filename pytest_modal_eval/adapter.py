@@ -9,7 +9,6 @@ example to a callback as soon as it completes (nothing is accumulated here).
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib
 import importlib.util
 import inspect
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from pytest_modal_eval.answer_journal import AnswerJournal, current_example
-from pytest_modal_eval.rollout_seeds import GroupSeeds, current_group, seeded
+from pytest_modal_eval.rollout_seeds import GroupRollouts, current_group
 
 #: Environments shipped with the plugin, resolved without a separate installation.
 BUNDLED = {"file-qa": "pytest_modal_eval.envs.file_qa"}
@@ -170,6 +169,11 @@ class EvalRows(Sequence[dict[str, Any]]):
 
 ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
 
+#: State columns each rollout's output carries (see :mod:`.seeded_client`): its rollout index,
+#: and the seconds its requests waited for a free request slot (``eval.prefetch``).
+ROLLOUT_COLUMN = "pytest_modal_eval_rollout"
+SLOT_WAIT_COLUMN = "pytest_modal_eval_slot_wait_s"
+
 
 async def run_examples(
     env: Any,
@@ -223,9 +227,13 @@ async def run_examples(
             # Read by the client in this task and the rollout tasks verifiers starts from it.
             current_example.set(example_id)  # the journal's key
             indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
-            current_group.set(GroupSeeds(indexes))
+            current_group.set(GroupRollouts(indexes))
             outputs = await env.run_group(
-                [dict(row) for _ in range(rollouts)], client, endpoint.model, sampling_args
+                [dict(row) for _ in range(rollouts)],
+                client,
+                endpoint.model,
+                sampling_args,
+                state_columns=[ROLLOUT_COLUMN, SLOT_WAIT_COLUMN],
             )
             on_example(example_id, [dict(output) for output in outputs])
             reason = should_stop()
@@ -268,6 +276,7 @@ def chat_client(
     from verifiers.utils.client_utils import _build_headers_and_api_key
 
     from pytest_modal_eval.direct_client import CONNECT_TIMEOUT_S, DirectOpenAI
+    from pytest_modal_eval.seeded_client import SeededChatClient
 
     config = ClientConfig(
         api_base_url=endpoint.base_url,
@@ -294,7 +303,7 @@ def chat_client(
         default_headers=headers,
         http_client=http_client,
     )
-    return _seeded_client_class()(
+    return SeededChatClient(
         DirectOpenAI(
             sdk,
             request_timeout=request_timeout,
@@ -304,21 +313,6 @@ def chat_client(
             journal=journal,
         )
     )
-
-
-@functools.cache
-def _seeded_client_class() -> type:
-    """verifiers' chat client, asking with each rollout's own seed (:mod:`.rollout_seeds`)."""
-    from verifiers.clients import OpenAIChatCompletionsClient
-
-    class SeededChatClient(OpenAIChatCompletionsClient):  # type: ignore[misc]
-        async def get_response(
-            self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **kwargs: Any
-        ) -> Any:
-            sampling_args = seeded(sampling_args, kwargs.get("state"))
-            return await super().get_response(prompt, model, sampling_args, tools, **kwargs)
-
-    return SeededChatClient
 
 
 def _http() -> Any:

@@ -23,6 +23,7 @@ two minutes, else 0.5 s doubling to 8 s, less up to 25 % jitter), and the error 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import json
 import math
@@ -43,6 +44,12 @@ INITIAL_RETRY_DELAY_S = 0.5
 MAX_RETRY_DELAY_S = 8.0
 MAX_RETRY_AFTER_S = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})
+
+#: Where the current rollout's requests add the seconds they waited for a free request slot
+#: (set around each model call by the adapter's client).
+slot_waits: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "pytest_modal_eval_slot_waits", default=None
+)
 
 
 class DirectOpenAI:
@@ -124,18 +131,19 @@ class DirectOpenAI:
         retries_taken = 0
         while True:
             try:
-                async with (
-                    self._in_flight,
-                    session.post(
+                queued = time.monotonic()
+                async with self._in_flight:
+                    if (waits := slot_waits.get()) is not None:
+                        waits.append(time.monotonic() - queued)
+                    async with session.post(
                         url,
                         data=data,
                         headers=headers,
                         timeout=self._timeout,
                         allow_redirects=False,
-                    ) as answer,
-                ):
-                    content = await answer.read()
-                    status, raw_headers = answer.status, answer.raw_headers
+                    ) as answer:
+                        content = await answer.read()
+                        status, raw_headers = answer.status, answer.raw_headers
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if retries_taken < self._max_retries:
                     await asyncio.sleep(retry_delay(retries_taken, None))

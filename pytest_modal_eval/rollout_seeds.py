@@ -9,44 +9,70 @@ to average out would never be seen. Offsetting the seed per rollout keeps a run 
 each rollout samples on its own. Rollout 0 keeps the configured seed, so a single-rollout
 benchmark sends exactly what it did before.
 
-The adapter's worker opens a :class:`GroupSeeds` for the rollouts it is about to run; each
-rollout takes the next offset the first time it asks the model, and keeps it for its later
-turns. Which of a group's rollouts gets which offset follows the order their first requests
-go out in -- the rollouts of a group are interchangeable, so only the set of seeds matters.
+The adapter's worker opens a :class:`GroupRollouts` for the rollout indexes it is about to
+run; each rollout takes the next index the first time it asks the model and keeps it for its
+later turns. The index goes back with the rollout's output (a state column), so its checkpoint
+record carries the rollout index its seed came from, whatever order the rollouts asked in.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-#: The seeds of the group the current task's rollouts belong to (set by the adapter's worker).
-current_group: contextvars.ContextVar[GroupSeeds | None] = contextvars.ContextVar(
-    "pytest_modal_eval_group_seeds", default=None
+#: The rollouts of the group the current task runs (set by the adapter's worker).
+current_group: contextvars.ContextVar[GroupRollouts | None] = contextvars.ContextVar(
+    "pytest_modal_eval_group", default=None
 )
 
 
-class GroupSeeds:
-    """Hands the rollout indexes of one group to its rollouts, one each."""
+class GroupRollouts:
+    """Hands the rollout indexes of one group to its rollouts, one each, as they first ask."""
 
     def __init__(self, rollouts: Iterable[int]) -> None:
         self._free = list(rollouts)
         self._taken: dict[int, int] = {}  # id(rollout state) -> rollout index
 
-    def offset_for(self, rollout: object) -> int:
-        """The rollout index of ``rollout`` (its state object); 0 once all are handed out."""
+    def index_of(self, rollout: object) -> int | None:
+        """The rollout index of ``rollout`` (its state object); None for a state beyond the
+        group's rollouts (one an environment makes for a side call)."""
         key = id(rollout)  # the states are alive for the whole group
         if key not in self._taken:
-            self._taken[key] = self._free.pop(0) if self._free else 0
+            if not self._free:
+                return None
+            self._taken[key] = self._free.pop(0)
         return self._taken[key]
 
 
-def seeded(sampling_args: Mapping[str, Any], rollout: object | None) -> Mapping[str, Any]:
-    """``sampling_args`` with this rollout's seed; unchanged without a seed or a group."""
-    group = current_group.get()
+def seeded(sampling_args: Mapping[str, Any], rollout: int | None) -> Mapping[str, Any]:
+    """``sampling_args`` with rollout ``rollout``'s seed; unchanged without a seed."""
     seed = sampling_args.get("seed")
-    if group is None or rollout is None or not isinstance(seed, int) or isinstance(seed, bool):
+    if not rollout or not isinstance(seed, int) or isinstance(seed, bool):
         return sampling_args
-    offset = group.offset_for(rollout)
-    return {**sampling_args, "seed": seed + offset} if offset else sampling_args
+    return {**sampling_args, "seed": seed + rollout}
+
+
+def match_rollouts(claimed: Sequence[int | None], missing: Sequence[int]) -> list[int]:
+    """The rollout index of each of a group's outputs, in output order.
+
+    An output's index is the one its requests were seeded with (``claimed``), so a checkpoint
+    record says which seed made it and a resume gives a missing rollout the seed it lacked;
+    an output that never asked the model (or claimed nothing usable) takes the lowest index
+    left over.
+    """
+    usable = set(missing)
+    indexes: list[int | None] = []
+    for index in claimed:
+        if index is not None and index in usable:
+            usable.discard(index)
+            indexes.append(index)
+        else:
+            indexes.append(None)
+    left = iter(sorted(usable))
+    matched = []
+    for index in indexes:
+        if index is None and (index := next(left, None)) is None:
+            break  # more outputs than rollouts asked for: the rest are not recorded
+        matched.append(index)
+    return matched

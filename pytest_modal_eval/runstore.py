@@ -97,9 +97,14 @@ def write_json_line_atomic(path: Path, value: dict[str, Any]) -> None:
         out.write("}\n")
 
 
-def rollout_record(output: dict[str, Any], rollout: int, task_default: str) -> dict[str, Any]:
-    """One rollout in the seed's results.jsonl schema (plus ``rollout`` and ``error``)."""
+def rollout_record(
+    output: dict[str, Any], rollout: int, task_default: str, *, slot_wait_s: float | None = None
+) -> dict[str, Any]:
+    """One rollout in the seed's results.jsonl schema (plus ``rollout``, ``error`` and
+    ``slot_wait_ms``). ``slot_wait_s`` is how long the rollout's requests waited for a free
+    request slot (``eval.prefetch``): harness time, taken out of ``generation_ms``."""
     timing = output.get("timing") or {}
+    wait_ms = round(float(slot_wait_s or 0.0) * 1000, 3)
 
     def ms(span: str) -> float:
         part = timing.get(span) or {}
@@ -113,7 +118,8 @@ def rollout_record(output: dict[str, Any], rollout: int, task_default: str) -> d
         "task": output.get("task") or task_default,
         "answer": output.get("answer"),
         "reward": float(output.get("reward") or 0.0),
-        "generation_ms": ms("generation"),
+        "generation_ms": round(max(0.0, ms("generation") - wait_ms), 3),
+        "slot_wait_ms": wait_ms,
         "scoring_ms": ms("scoring"),
         "total_ms": round(float(timing.get("total") or 0.0) * 1000, 3),
         "info": output.get("info") or {},

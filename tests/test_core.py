@@ -296,6 +296,7 @@ def test_output_files_and_fields(
         "task",
         "reward",
         "generation_ms",
+        "slot_wait_ms",
         "scoring_ms",
         "total_ms",
         "info",
@@ -443,3 +444,23 @@ def test_absolute_path_option_with_a_space_is_a_usage_error(
     result = project.pytester.runpytest("--model", str(model_dir), "--backend", "local")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"Write --model={model_dir} instead" in result.stderr.str()
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_time_waiting_for_a_request_slot_is_not_generation_time(
+    project: BenchmarkProject, prefetch: int
+) -> None:
+    project.add("alpha", n=16, extra_yaml=f"eval: {{max_concurrent: 2, prefetch: {prefetch}}}\n")
+    project.server.configure(delay=0.05)
+    project.run().assert_outcomes(passed=1)
+    [run_dir] = project.run_dirs("alpha")
+    records = read_jsonl(run_dir / "results.jsonl")
+    waits = sorted(r["slot_wait_ms"] for r in records)
+    generation = sorted(r["generation_ms"] for r in records)
+    if prefetch:
+        # Two examples wait while two are answered (50 ms each): about 50 ms of waiting each,
+        # reported apart, while generation is the server's 50 ms.
+        assert waits[len(waits) // 2] >= 25, waits
+    else:
+        assert waits[-1] < 5, waits
+    assert 45 <= generation[len(generation) // 2] < 85, generation
