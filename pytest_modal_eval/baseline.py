@@ -92,7 +92,7 @@ class Baseline:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able document: fixed key order, examples in natural id order, NaN as None."""
-        return {**self._head(), "per_example": dict(self.per_example.items())}
+        return {**self._head(), "per_example": dict(ExampleMeans.of(self.per_example).items())}
 
     def _head(self) -> dict[str, Any]:
         return {

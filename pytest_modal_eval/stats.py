@@ -111,6 +111,8 @@ class ExampleMeans(Mapping[str, float]):
             raise ValueError("ids and means must be 1-D and of the same length")
         if _plain_decimals(ids):
             return cls.from_columns(np.fromiter(map(int, ids), np.int64, len(ids)), values)
+        if len(set(ids)) != len(ids):
+            raise ValueError("example ids must be distinct")
         order = sorted(range(len(ids)), key=lambda row: natural_key(ids[row]))
         return cls([ids[row] for row in order], values[order])
 

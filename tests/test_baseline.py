@@ -187,6 +187,12 @@ def test_document_is_readable_one_example_per_line_in_natural_order() -> None:
     assert body == ['    "1": 1.0,', '    "2": 0.0,', '    "10": 1.0']
 
 
+def test_a_baseline_built_from_a_plain_dict_writes_its_examples_in_natural_order() -> None:
+    b = Baseline(**{**_baseline().__dict__, "per_example": {"10": 1.0, "9": 0.0, "a": 1.0}})
+    assert list(b.to_dict()["per_example"]) == ["9", "10", "a"]
+    assert b.to_json() == json.dumps(b.to_dict(), indent=2) + "\n"
+
+
 def test_round_trip_including_undefined_stderr() -> None:
     b = _baseline()
     assert Baseline.from_json(b.to_json()) == b

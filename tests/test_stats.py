@@ -469,6 +469,8 @@ def test_example_means_from_run_columns() -> None:
     assert list(negative) == sorted(["-2", "1", "-10"], key=natural_key)
     with pytest.raises(ValueError, match="distinct"):
         ExampleMeans.from_columns([1, 2, 1], [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="distinct"):
+        ExampleMeans.from_columns([-1, 2, -1], [0.0, 0.0, 0.0])
     with pytest.raises(ValueError, match="same length"):
         ExampleMeans.from_columns([1, 2], [0.0])
 
