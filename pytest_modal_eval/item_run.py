@@ -6,13 +6,14 @@ suite nothing at start-up (this module pulls in verifiers, scipy and syrupy).
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_modal_eval import adapter
+from pytest_modal_eval import adapter, heap
 from pytest_modal_eval.baseline import (
     Baseline,
     BaselineError,
@@ -107,6 +108,11 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     except adapter.EnvironmentError_ as exc:
         raise EvalProblem(f"{item.path}: {exc}") from None
+    # The run's environment, event loop and connections are garbage now: hand their pages back
+    # to the OS before the baseline's text is built (at 100,000 examples that took the peak
+    # RSS of a run recording a baseline from ~296 to ~301 MB).
+    gc.collect()
+    heap.release_free_memory()
     comparison, baseline_note = _baseline(session, item, outcome, snapshot, stored)
     verdict = judge(outcome, config.gate, comparison)
     item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)

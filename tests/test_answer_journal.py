@@ -13,18 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_modal_eval import adapter, answer_journal
+from pytest_modal_eval import answer_journal
 from pytest_modal_eval.answer_journal import Answer, AnswerJournal, current_example, request_key
-from pytest_modal_eval.direct_client import DirectOpenAI
-from tests.test_direct_client import (
-    BODY,
-    PATH,
-    ScriptedServer,
-    sdk_client,
-)
-from tests.test_direct_client import (
-    Answer as Scripted,
-)
+from tests.test_direct_client import BODY, PATH, ScriptedServer, direct, sdk_client
+from tests.test_direct_client import Answer as Scripted
 
 CONTENT_TYPE = (b"Content-Type", b"application/json")
 GZIP = (b"Content-Encoding", b"gzip")
@@ -140,13 +132,7 @@ def test_direct_client_records_answers_and_replays_them_without_sending(tmp_path
     async def rollouts(journal: AnswerJournal) -> tuple[list[bytes], int]:
         server = ScriptedServer([Scripted()])
         url = await server.__aenter__()
-        client = DirectOpenAI(
-            sdk_client(url, max_retries=0),
-            request_timeout=30,
-            max_connections=8,
-            http=adapter._http(),
-            journal=journal,
-        )
+        client = direct(sdk_client(url, max_retries=0), journal=journal)
 
         async def rollout(example: int) -> bytes:
             current_example.set(example)  # as the adapter's worker sets it

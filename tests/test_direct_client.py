@@ -139,8 +139,10 @@ def sdk_client(base_url: str, *, max_retries: int, timeout: float = 30.0) -> ope
     )
 
 
-def direct(sdk: openai.AsyncOpenAI, timeout: float = 30.0) -> DirectOpenAI:
-    return DirectOpenAI(sdk, request_timeout=timeout, max_connections=8, http=adapter._http())
+def direct(sdk: openai.AsyncOpenAI, timeout: float = 30.0, **options: Any) -> DirectOpenAI:
+    return DirectOpenAI(
+        sdk, request_timeout=timeout, max_connections=8, http=adapter._http(), **options
+    )
 
 
 @dataclass
@@ -386,13 +388,7 @@ def test_requests_in_flight_are_capped_however_many_callers_wait() -> None:
     async def scenario() -> tuple[int, int]:
         server = ScriptedServer([Answer(delay_s=0.05)])
         url = await server.__aenter__()
-        client = DirectOpenAI(
-            sdk_client(url, max_retries=0),
-            request_timeout=30,
-            max_connections=16,
-            http=adapter._http(),
-            max_in_flight=3,
-        )
+        client = direct(sdk_client(url, max_retries=0), max_in_flight=3)
         try:
             await asyncio.gather(
                 *(client.post(PATH, body=BODY, cast_to=httpx.Response) for _ in range(12))

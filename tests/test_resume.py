@@ -49,6 +49,24 @@ def intact_records(checkpoint: Path) -> int:
     return count
 
 
+def kill_with_answers_in_hand(project: BenchmarkProject) -> int:
+    """Run ``alpha`` (two rollouts per example) while the server holds every repeated question,
+    so each example in progress has its first rollout's answer and waits for the second; once
+    the held requests fill every slot, SIGKILL pytest. Returns the answers the server sent."""
+    project.add("alpha", n=N, extra_yaml=f"eval: {{max_concurrent: {CONCURRENCY}, rollouts: 2}}\n")
+    project.server.configure(hold_repeats=600)
+    process = start_pytest(project)
+    deadline = time.monotonic() + 60
+    while (stats := project.server.stats()).get("in_flight", 0) < CONCURRENCY:
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
+    time.sleep(0.5)  # the answers sent before the slots filled up have arrived
+    answered: int = project.server.stats()["completed_requests"]
+    process.send_signal(signal.SIGKILL)
+    process.wait(30)
+    return answered
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
 def test_interrupted_run_resumes_without_repeating(
     project: BenchmarkProject, sig: signal.Signals
@@ -86,20 +104,9 @@ def test_interrupted_run_resumes_without_repeating(
 def test_answers_received_before_a_kill_are_not_requested_again(
     project: BenchmarkProject,
 ) -> None:
-    project.add("alpha", n=N, extra_yaml=f"eval: {{max_concurrent: {CONCURRENCY}, rollouts: 2}}\n")
-    # Each example's second rollout is held: every example in progress has one answer in hand.
-    project.server.configure(hold_repeats=600)
-    process = start_pytest(project)
-    deadline = time.monotonic() + 60
-    while (stats := project.server.stats()).get("in_flight", 0) < CONCURRENCY:
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.05)
-    time.sleep(0.5)  # the answers sent before the slots filled up have arrived
-    answered = project.server.stats()["completed_requests"]
-    # A question's first request was answered, its second is held.
+    answered = kill_with_answers_in_hand(project)
+    # A question's first request was answered, its second was held.
     first_seeds = {q: seeds[0] for q, seeds in project.server.stats()["seeds_by_question"].items()}
-    process.send_signal(signal.SIGKILL)
-    process.wait(30)
     [run_dir] = project.run_dirs("alpha")
     assert (run_dir / "answers.journal").exists()
     assert answered >= CONCURRENCY // 2 and not (run_dir / "checkpoint.jsonl").read_bytes()
@@ -262,17 +269,7 @@ def test_an_errored_rollout_is_asked_again_not_replayed(project: BenchmarkProjec
 def test_a_smaller_selection_keeps_the_answers_of_the_other_examples(
     project: BenchmarkProject,
 ) -> None:
-    project.add("alpha", n=N, extra_yaml=f"eval: {{max_concurrent: {CONCURRENCY}, rollouts: 2}}\n")
-    project.server.configure(hold_repeats=600)
-    process = start_pytest(project)
-    deadline = time.monotonic() + 60
-    while (stats := project.server.stats()).get("in_flight", 0) < CONCURRENCY:
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.05)
-    time.sleep(0.5)
-    answered = project.server.stats()["completed_requests"]
-    process.send_signal(signal.SIGKILL)
-    process.wait(30)
+    answered = kill_with_answers_in_hand(project)
     project.server.configure(hold_repeats=0.0, reset_stats=True)
 
     # The first example only: the answers of the others stay in the journal, unused.
