@@ -74,6 +74,7 @@ class AnswerJournal:
         """Open ``path``, keeping the stored answers of the examples ``finished`` says are not
         (an example outside this run's selection is not: its answers stay for a later run)."""
         self.path = path
+        self.problem: str | None = None  # why recording stopped, for the run's summary
         # example -> request key -> stored answers not handed out yet in this process
         self._replay: dict[int, dict[str, deque[Answer]]] = {}
         # example -> (offset, length) of its records in the file, for rewriting
@@ -84,7 +85,8 @@ class AnswerJournal:
         try:
             stored = _read(path)
         except OSError as exc:
-            log.warning("answer journal %s cannot be read (%s): starting without it", path, exc)
+            self.problem = f"answer journal {path} cannot be read ({exc}): started without it"
+            log.warning("%s", self.problem)
             stored = []
         kept = [record for record in stored if not finished(record[0])]
         for example, key, answer in kept:
@@ -169,12 +171,11 @@ class AnswerJournal:
         try:
             step(*args)
         except OSError as exc:
-            log.warning(
-                "answer journal %s: %s; answers are no longer recorded in this run (a resume "
-                "after an interruption will ask the server again for the unfinished examples)",
-                self.path,
-                exc,
+            self.problem = self.problem or (
+                f"answer journal {self.path}: {exc}; answers are no longer recorded in this run "
+                "(a resume after an interruption asks the server again for unfinished examples)"
             )
+            log.warning("%s", self.problem)
             if self._fd >= 0:
                 fd, self._fd = self._fd, -1
                 with contextlib.suppress(OSError):

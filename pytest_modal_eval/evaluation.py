@@ -116,6 +116,7 @@ class RunOutcome:
     elapsed_s: float
     resumed_examples: int = 0
     reused_answers: int = 0  # answers journaled before an interruption, not requested again
+    journal_problem: str | None = None  # why answers stopped being journaled, if they did
     new_run_note: str | None = None
     answer_hash: str = ""
     baseline_hash: str = ""
@@ -297,6 +298,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     outcome = _summarise(run_dir, run_id, state, started)
     outcome.resumed_examples = finished_before
     outcome.reused_answers = journal.replayed
+    outcome.journal_problem = journal.problem
     outcome.new_run_note = note
     outcome.answer_hash = answer_hash
     # A baseline is compared across models, so its key leaves out who answered.

@@ -118,7 +118,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
     elapsed = time.monotonic() - started
     record_properties(item, outcome, verdict, session.settings.model or "", elapsed, comparison)
-    notes = [outcome.new_run_note, baseline_note]
+    notes = [outcome.new_run_note, outcome.journal_problem, baseline_note]
     if comparison is not None and session.config.get_verbosity() > 0:
         notes += describe_comparison(comparison)
     for note in notes:

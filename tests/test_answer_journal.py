@@ -177,6 +177,7 @@ def test_a_full_disk_cuts_the_torn_record_and_stops_recording(
     journal.finished(1)
     journal.close()
     assert "No space left on device" in caplog.text
+    assert journal.problem is not None and "No space left on device" in journal.problem
     assert path.stat().st_size == size  # the half record was cut off
     kept = AnswerJournal(path, nothing_finished)
     assert kept.replay(1, "k") == stored("before the disk filled up")
@@ -194,3 +195,4 @@ def test_an_unusable_journal_path_only_warns(
     journal.close()
     assert journal.replay(1, "k") is None
     assert "answer journal" in caplog.text and path.is_dir()
+    assert journal.problem is not None and str(path) in journal.problem

@@ -287,3 +287,16 @@ def test_a_smaller_selection_keeps_the_answers_of_the_other_examples(
     assert reused == answered - 1
     assert project.server.stats()["chat_requests"] == 2 * (N - 1) - reused
     assert not (run_dir / "answers.journal").exists()
+
+
+def test_an_unusable_journal_is_reported_and_the_run_goes_on(project: BenchmarkProject) -> None:
+    kill_with_answers_in_hand(project)
+    [run_dir] = project.run_dirs("alpha")
+    journal = run_dir / "answers.journal"
+    journal.unlink()
+    journal.mkdir()  # cannot be read or replaced: as good as a broken disk for this file
+    project.server.configure(hold_repeats=0.0, reset_stats=True)
+    result = project.run()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["alpha: note: answer journal *answers.journal*"])
+    assert len(read_jsonl(run_dir / "results.jsonl")) == 2 * N
