@@ -208,7 +208,7 @@ def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], Non
     consecutive_errors = 0
     start_time = datetime.now(UTC).isoformat()
     # Answers of examples outside this selection are kept, not dropped, for a later run. (The
-    # journal reports its own I/O problems as warnings and never raises.)
+    # journal never raises on I/O problems: it stops recording and says why in .problem.)
     journal = AnswerJournal(
         run_dir / JOURNAL_FILENAME,
         lambda i: state.positions.get(i) is not None and state.finished(i),

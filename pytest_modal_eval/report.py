@@ -130,16 +130,12 @@ class SummaryCollector:
             )
         for row in self.rows:
             extra = []
-            if int(row.get("resumed_examples", 0)) or int(row.get("reused_answers", 0)):
-                extra.append(
-                    f"resumed: {row['resumed_examples']}/{row['n_examples']} examples "
-                    f"from run {row['run_id']}"
-                    + (
-                        f"; {row['reused_answers']} answers received before the interruption reused"
-                        if int(row.get("reused_answers", 0))
-                        else ""
-                    )
-                )
+            resumed, reused = int(row.get("resumed_examples", 0)), int(row.get("reused_answers", 0))
+            if resumed or reused:
+                text = f"resumed: {resumed}/{row['n_examples']} examples from run {row['run_id']}"
+                if reused:
+                    text += f"; {reused} answers received before the interruption reused"
+                extra.append(text)
             if int(row.get("errors", 0)):
                 extra.append(f"errored examples: {row['errors']}")
             extra += [f"note: {n}" for n in row["notes"]]
