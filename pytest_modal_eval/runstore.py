@@ -63,9 +63,9 @@ def _replaced_atomically(path: Path) -> Iterator[IO[str]]:
     os.replace(tmp, path)
 
 
-def write_json_atomic(path: Path, value: Any, *, indent: int | None = 2) -> None:
-    """Write-and-rename so a reader (or a crash) never sees half a file."""
-    text = json.dumps(value, indent=indent, default=json_default)
+def write_json_atomic(path: Path, value: Any) -> None:
+    """Indented JSON, written and renamed so a reader (or a crash) never sees half a file."""
+    text = json.dumps(value, indent=2, default=json_default)
     with _replaced_atomically(path) as out:
         out.write(text + "\n")
 
