@@ -28,14 +28,25 @@ import email.utils
 import json
 import math
 import random
+import sys
 import time
 from collections.abc import Mapping
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
+from yarl import URL
 
-from pytest_modal_eval.answer_journal import Answer, AnswerJournal, current_example, request_key
+from pytest_modal_eval.answer_journal import (
+    Answer,
+    AnswerJournal,
+    RawHeaders,
+    current_example,
+    request_key,
+)
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.proxy import ModalProxy
 
 #: Seconds to open a connection (the SDK's and verifiers' default).
 CONNECT_TIMEOUT_S = 5.0
@@ -87,7 +98,15 @@ class DirectOpenAI:
             sock_connect=CONNECT_TIMEOUT_S, sock_read=request_timeout, connect=request_timeout
         )
         self._max_connections = max_connections
+        self._request_timeout = request_timeout
         self._session: aiohttp.ClientSession | None = None
+        # A proxy running in this process is handed the request itself (its logic, not its
+        # port). Without its module loaded, no proxy runs here.
+        proxy_module = sys.modules.get("pytest_modal_eval.proxy")
+        self._proxy: ModalProxy | None = None
+        if proxy_module is not None:
+            self._proxy = proxy_module.in_process(self._base)
+        self._base_path = URL(self._base).raw_path  # "/v1/": what the proxy is asked for
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sdk, name)
@@ -135,15 +154,7 @@ class DirectOpenAI:
                 async with self._in_flight:
                     if (waits := slot_waits.get()) is not None:
                         waits.append(time.monotonic() - queued)
-                    async with session.post(
-                        url,
-                        data=data,
-                        headers=headers,
-                        timeout=self._timeout,
-                        allow_redirects=False,
-                    ) as answer:
-                        content = await answer.read()
-                        status, raw_headers = answer.status, answer.raw_headers
+                    status, raw_headers, content = await self._exchange(session, url, headers, data)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if retries_taken < self._max_retries:
                     await asyncio.sleep(retry_delay(retries_taken, None))
@@ -162,6 +173,21 @@ class DirectOpenAI:
                 retries_taken += 1
                 continue
             raise status_error(response)
+
+    async def _exchange(
+        self, session: aiohttp.ClientSession, url: str, headers: dict[str, str], data: bytes
+    ) -> tuple[int, RawHeaders, bytes]:
+        """One attempt: the answer's status, raw headers and body."""
+        if self._proxy is not None:
+            # The request timeout bounds the whole exchange: over HTTP, the proxy sends nothing
+            # back before the upstream's final answer.
+            async with asyncio.timeout(self._request_timeout):
+                path_qs = self._base_path + url[len(self._base) :]
+                return await self._proxy.forward(session, "POST", path_qs, headers, data)
+        async with session.post(
+            url, data=data, headers=headers, timeout=self._timeout, allow_redirects=False
+        ) as answer:
+            return answer.status, answer.raw_headers, await answer.read()
 
     def _open(self) -> aiohttp.ClientSession:
         # Opened on first use, inside the event loop that runs the requests. The body is kept

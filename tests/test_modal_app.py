@@ -29,11 +29,13 @@ from modal._utils.name_utils import is_valid_object_name
 from modal_proto import api_pb2
 
 from pytest_modal_eval.config import InfraConfig, VllmConfig
+from pytest_modal_eval.proxy import ModalProxy
 from pytest_modal_eval.serving import modal_app
 from pytest_modal_eval.serving.chat_template import TEMPLATES_DIR, log_line
 from pytest_modal_eval.serving.modal_app import DeploySpec
 from pytest_modal_eval.serving.modal_backend import ModalServer
 from pytest_modal_eval.serving.types import ServerProfile, ServingError
+from tests.conftest import BenchmarkProject
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -503,3 +505,40 @@ def test_start_through_the_proxy(
     assert (["app", "stop", name, "--yes"] in argvs) is stops_app
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{endpoint.base_url}/models", trust_env=False)  # the proxy is gone
+
+
+@pytest.mark.usefixtures("fake_token")
+def test_a_run_hands_its_rollouts_to_the_proxy_in_its_process(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole plugin on the Modal backend (the deployed app reused, its URL a local OpenAI
+    server that accepts only the injected key): each rollout goes through the proxy's logic
+    in this process, not over HTTP to its port, and is logged in the run's proxy.log."""
+    project.add("alpha", n=6)
+    project.server.configure(model="org/x", require_key=PROXY_ENV["VLLM_API_KEY"])
+    for var, value in PROXY_ENV.items():
+        monkeypatch.setenv(var, value)
+
+    provenance = {"source": "model:tokenizer_config.json", "sha256": "cd" * 32}
+    monkeypatch.setattr(ModalServer, "_web_url", lambda self, name: project.server.url)
+    monkeypatch.setattr(ModalServer, "_read_template_dict", lambda self, name: provenance)
+    forwarded: list[str] = []
+    forward = ModalProxy.forward
+
+    async def counted(self: ModalProxy, *args: Any, **kwargs: Any) -> Any:
+        forwarded.append(args[2])  # the path
+        return await forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(ModalProxy, "forward", counted)
+
+    result = project.pytester.runpytest("--model", "org/x", "--backend", "modal")
+
+    result.assert_outcomes(passed=1)
+    assert forwarded == ["/v1/chat/completions"] * 6
+    stats = project.server.stats()
+    assert stats["completed_requests"] == 6
+    assert stats.get("unauthorized", 0) == 0
+    [proxy_log] = (project.pytester.path / "outputs").glob("evals/alpha--*/*/logs/proxy.log")
+    lines = proxy_log.read_text().splitlines()
+    assert len(lines) == 6
+    assert all(" POST /v1/chat/completions status=200 hops=0 attempts=1 " in x for x in lines)

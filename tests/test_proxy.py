@@ -19,8 +19,12 @@ from typing import Any
 
 import aiohttp
 import httpx
+import openai
 import pytest
 
+import pytest_modal_eval.proxy as proxy_module
+from pytest_modal_eval import adapter
+from pytest_modal_eval.direct_client import DirectOpenAI
 from pytest_modal_eval.proxy import (
     LOG_ROUTE_HEADER,
     ModalProxy,
@@ -400,6 +404,126 @@ def test_settings_from_env_and_redacted_repr(monkeypatch: pytest.MonkeyPatch) ->
 def test_settings_reject_bad_upstream(upstream_url: str) -> None:
     with pytest.raises(ValueError, match="upstream"):
         ProxySettings(upstream_url)
+
+
+# -- an evaluation in the proxy's own process ----------------------------------------------------
+# DirectOpenAI hands its requests to a proxy running in its process (ModalProxy.forward) instead
+# of sending them to its port. Each case runs both ways and must look the same to the client,
+# the upstream and the log; only the count of requests that came over HTTP differs.
+VIAS = ["in-process", "http"]
+
+
+def direct_client(
+    proxy: ProxyThread, via: str, monkeypatch: pytest.MonkeyPatch, *, timeout: float = 15.0
+) -> DirectOpenAI:
+    if via == "http":  # as in an xdist worker, where the proxy runs in another process
+        monkeypatch.setattr(proxy_module, "_IN_PROCESS", {})
+    sdk = openai.AsyncOpenAI(api_key="EMPTY", base_url=f"{proxy.url}/v1", max_retries=0)
+    client = DirectOpenAI(sdk, request_timeout=timeout, max_connections=8, http=adapter._http())
+    monkeypatch.undo()  # the lookup happens when the client is made
+    return client
+
+
+def post_chat(client: DirectOpenAI, headers: dict[str, str]) -> Any:
+    """The answer verifiers would get (an httpx Response), or the exception it would see."""
+
+    async def go() -> Any:
+        try:
+            return await client.post(
+                "/chat/completions",
+                body=CHAT,
+                cast_to=adapter._http().Response,
+                options={"headers": headers},
+            )
+        except openai.OpenAIError as exc:
+            return exc
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def answered_over_http(proxy: ProxyThread) -> int:
+    assert proxy.proxy is not None
+    return proxy.proxy.http_requests
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_in_process_client_speaks_the_protocol_without_the_http_hop(
+    make_proxy: MakeProxy,
+    upstream: ModalLikeServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    via: str,
+) -> None:
+    routed = tmp_path / "run" / "logs" / "proxy.log"
+    proxy = make_proxy()
+    upstream.fail_next("503", method="GET")  # retried by the proxy, on the redirect's GET
+    client = direct_client(proxy, via, monkeypatch)
+
+    answer = post_chat(client, {"X-Test-Hops": "3", LOG_ROUTE_HEADER: str(routed)})
+    proxy.stop()
+
+    assert answer.status_code == 200
+    assert answer.json()["choices"][0]["message"]["content"] == "ok"
+    assert answered_over_http(proxy) == (via == "http")
+    assert [(s.method, bool(s.body)) for s in upstream.seen] == [("POST", True)] + [
+        ("GET", False)
+    ] * 4
+    host = upstream.url.removeprefix("http://")
+    for seen in upstream.seen:
+        for name, value in SECRETS.items():  # the client's "Bearer EMPTY" replaced
+            assert seen.headers.getall(name) == [value]
+        assert LOG_ROUTE_HEADER not in seen.headers
+        assert seen.headers["Host"] == host
+    assert parsed_log(routed) == [
+        {"method": "POST", "path": CHAT_PATH, "status": "200", "hops": "3", "attempts": "2"}
+    ]
+    assert not any(secret in routed.read_text() for secret in SECRET_VALUES)
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_in_process_client_gets_the_deadline_504(
+    make_proxy: MakeProxy, log_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    proxy = make_proxy(request_deadline_s=0.3)
+    client = direct_client(proxy, via, monkeypatch)
+
+    error = post_chat(client, {"X-Test-Hops": "5", "X-Test-Hop-Delay": "0.2"})
+    proxy.stop()
+
+    assert isinstance(error, openai.InternalServerError)
+    assert error.status_code == 504
+    assert "request deadline of 0.3 s" in str(error)
+    assert [(d["status"], d["hops"]) for d in parsed_log(log_path)] == [("504", "1")]
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_in_process_client_keeps_its_request_timeout(
+    make_proxy: MakeProxy, log_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    proxy = make_proxy()
+    client = direct_client(proxy, via, monkeypatch, timeout=0.3)
+
+    error = post_chat(client, {"X-Test-Hops": "2", "X-Test-Hop-Delay": "1"})
+    proxy.stop()
+
+    assert isinstance(error, openai.APITimeoutError)
+    # The proxy gives up on the upstream when its client does.
+    assert [d["status"] for d in parsed_log(log_path)] == ["cancelled"]
+
+
+def test_in_process_client_of_a_stopped_proxy_is_refused(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = make_proxy()
+    assert proxy.url is not None
+    client = direct_client(proxy, "in-process", monkeypatch)
+    proxy.stop()
+
+    assert proxy_module.in_process(proxy.url) is None
+    assert isinstance(post_chat(client, {}), openai.APIConnectionError)
+    assert upstream.seen == []
 
 
 # -- lifecycle -----------------------------------------------------------------------------------
