@@ -225,6 +225,20 @@ def proxy_process(upstream: str, log_path: Path) -> Iterator[str]:
         yield url
 
 
+@contextlib.contextmanager
+def cpu_load(share: float, period_ms: float = 5.0) -> Iterator[None]:
+    """Another process using ``share`` of one CPU (busy, then asleep, every ``period_ms``)."""
+    busy = share * period_ms
+    command = [PYTHON, "-m", "benchmarks._cpu_load", str(busy), str(period_ms - busy)]
+    process = subprocess.Popen(command, cwd=REPO)
+    try:
+        time.sleep(0.2)  # started and in its loop
+        yield
+    finally:
+        process.kill()
+        process.wait()
+
+
 # -- workloads ------------------------------------------------------------------------------
 
 

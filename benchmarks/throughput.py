@@ -5,13 +5,18 @@ repeated, on the same chat requests: the demo's 200 questions repeated to ``--ex
 demo's system prompt and sampling (temperature 0, 16 tokens), 64 requests in flight.
 
 - raw client: aiohttp posting the exact bodies verifiers sends, nothing else;
+- control: the raw client again, while another process (``benchmarks._cpu_load``) uses
+  ``--control-load`` of one CPU (default 20 %, about what the plugin's process uses here) and
+  does nothing else. When vLLM shares the clients' CPUs, this shows what the server loses to
+  *any* process using that much CPU, however it spends it;
 - verifiers layer: the plugin's adapter (``run_examples``) alone, no pytest around it; with
   ``--before`` also on the adapter's earlier clients: the openai SDK's request path (before
   ``DirectOpenAI``) and verifiers' own httpx client (before the aiohttp transport);
 - plugin: ``pytest evals --model tiny-arith --base-url ...`` (collection, verifiers, scoring,
   checkpoint, one subtest per example, results files);
 - plugin via proxy: the same with the plugin's ``ProxyThread`` in front of vLLM inside the
-  pytest process, as with ``--backend modal``;
+  pytest process, as with ``--backend modal`` (without ``-n``, the evaluation hands its
+  requests to the proxy's code rather than its port);
 - vf-eval: verifiers' CLI on the same environment, data, sampling and server.
 
 Targets: plugin and plugin-via-proxy >= 0.95x the raw client's requests/s; the plugin's wall
@@ -31,6 +36,7 @@ from pathlib import Path
 from benchmarks._common import (
     Run,
     chat_bodies,
+    cpu_load,
     demo_rows,
     header,
     log,
@@ -63,12 +69,21 @@ def main() -> int:
         action="store_true",
         help="vLLM on half of the CPUs, clients on the other half (default: shared)",
     )
+    parser.add_argument(
+        "--control-load",
+        type=float,
+        default=0.2,
+        metavar="SHARE",
+        help="CPU share of one core used beside the control's raw client (default: 0.2)",
+    )
     args = parser.parse_args()
     where = "vLLM and clients on separate CPUs" if args.isolate else "vLLM and clients share CPUs"
     header(f"throughput: plugin vs raw client vs vf-eval, same vLLM, 64 in flight ({where})")
 
+    control = f"control: raw client + another process using {args.control_load:.0%} of a CPU"
     names = [
         "raw async client (aiohttp)",
+        control,
         "verifiers layer, verifiers' httpx client (before)",
         "verifiers layer, openai SDK on aiohttp (before)",
         "verifiers layer, DirectOpenAI (adapter)",
@@ -76,6 +91,7 @@ def main() -> int:
         "plugin -> proxy -> vLLM",
     ]
     runs: dict[str, list[Run]] = {name: [] for name in names}
+    plugin, via_proxy = names[-2], names[-1]
     vf_wall: list[float] = []
     plugin_wall: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
@@ -86,16 +102,22 @@ def main() -> int:
         project = make_project(root / "project", data, max_concurrent=CONCURRENCY)
         with vllm_server(root / "vllm-logs", isolate=args.isolate) as url:
             raw_client(url, bodies[:256], CONCURRENCY)  # warm-up: caches, allocator, code paths
+
+            def controlled() -> Run:
+                with cpu_load(args.control_load):
+                    return raw_client(url, bodies, CONCURRENCY)
+
             contenders: dict[str, Callable[[], Run]] = {
                 names[0]: lambda: raw_client(url, bodies, CONCURRENCY),
-                names[1]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="httpx"),
-                names[2]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="sdk"),
-                names[3]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="direct"),
-                names[4]: lambda: run_plugin(project, url),
-                names[5]: lambda: run_plugin(project, url, proxy_upstream=url),
+                names[1]: controlled,
+                names[2]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="httpx"),
+                names[3]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="sdk"),
+                names[4]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="direct"),
+                plugin: lambda: run_plugin(project, url),
+                via_proxy: lambda: run_plugin(project, url, proxy_upstream=url),
             }
             if not args.before:
-                for name in names[1:3]:
+                for name in names[2:4]:
                     del contenders[name], runs[name]
             for round_ in range(1, args.repeats + 1):
                 for name, contender in contenders.items():
@@ -104,7 +126,7 @@ def main() -> int:
                     if run.errors or run.returncode not in (0, 1):
                         log(f"warning: {run.errors} errors, exit code {run.returncode}")
                     runs[name].append(run)
-                plugin_wall.append(runs[names[4]][-1].wall_s)
+                plugin_wall.append(runs[plugin][-1].wall_s)
                 log(f"round {round_}/{args.repeats}: vf-eval")
                 vf_wall.append(run_vf_eval(url, data, args.examples, CONCURRENCY, root).wall_s)
 
@@ -123,14 +145,18 @@ def main() -> int:
                 f"{median(rps):.0f}",
                 " ".join(f"{v:.0f}" for v in rps),
                 f"{median([r.cpu_ms for r in runs[name]]):.2f}",
+                f"{median([r.cpu_ms * r.rps / 10 for r in runs[name]]):.0f}",
                 f"{ratio:.2f}",
                 ">= 0.95" if target else "",
                 verdict(ratio >= 0.95) if target else "",
             ]
         )
     print_table(
-        ["path", "req/s", "rounds", "client CPU ms/req", "vs raw", "target", "verdict"], table
-    )
+        ["path", "req/s", "rounds", "client CPU ms/req", "% of a CPU", "vs raw", "target",
+         "verdict"],
+        table,
+    )  # fmt: skip
+    print(f"(the control's other process used {args.control_load:.0%} of a CPU besides)\n")
     ratio = median(plugin_wall) / median(vf_wall)
     print("wall time of the whole command (start-up, loading, run, results), median:\n")
     print_table(
