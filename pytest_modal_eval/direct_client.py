@@ -17,7 +17,9 @@ between reads), which answers are retried (connection failures, timeouts, 408, 4
 or as ``x-should-retry`` says), the wait before a retry (``retry-after-ms``/``Retry-After`` up to
 two minutes, else 0.5 s doubling to 8 s, less up to 25 % jitter), and the error raised at the end
 (openai's own ``BadRequestError``, ``AuthenticationError``, ... with the same message and body,
-``APITimeoutError``, ``APIConnectionError``), which verifiers' error handling depends on.
+``APITimeoutError``, ``APIConnectionError``), which verifiers' error handling depends on, and
+the HTTP proxy the environment names for the endpoint (as httpx reads ``HTTP_PROXY``,
+``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``; read from the SDK's own client).
 """
 
 from __future__ import annotations
@@ -99,6 +101,11 @@ class DirectOpenAI:
         )
         self._max_connections = max_connections
         self._request_timeout = request_timeout
+        # The proxy the SDK would use (HTTP(S)_PROXY, ALL_PROXY, NO_PROXY); None: unknown, so
+        # the SDK sends everything itself.
+        found = sdk_proxy(sdk, self._base, http)
+        self._env_proxy = None if found is None else found[0]
+        self._headers.update(found[1] if found else {})
         self._session: aiohttp.ClientSession | None = None
         # A proxy running in this process is handed the request itself (its logic, not its
         # port). Without its module loaded, no proxy runs here.
@@ -121,7 +128,12 @@ class DirectOpenAI:
         **rest: Any,
     ) -> Any:
         options = options or {}
-        if rest or cast_to not in self._raw_types or set(options) - {"headers"}:
+        if (
+            rest
+            or cast_to not in self._raw_types
+            or set(options) - {"headers"}
+            or self._env_proxy is None
+        ):
             return await self._sdk.post(path, body=body, cast_to=cast_to, options=options, **rest)
         headers = self._headers
         if extra := options.get("headers"):
@@ -185,7 +197,12 @@ class DirectOpenAI:
                 path_qs = self._base_path + url[len(self._base) :]
                 return await self._proxy.forward(session, "POST", path_qs, headers, data)
         async with session.post(
-            url, data=data, headers=headers, timeout=self._timeout, allow_redirects=False
+            url,
+            data=data,
+            headers=headers,
+            timeout=self._timeout,
+            allow_redirects=False,
+            **(self._env_proxy or {}),
         ) as answer:
             return answer.status, answer.raw_headers, await answer.read()
 
@@ -212,6 +229,31 @@ class DirectOpenAI:
             await self._session.close()
             self._session = None
         await self._sdk.close()
+
+
+def sdk_proxy(sdk: Any, url: str, http: Any) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """The proxy the SDK's HTTP client would send ``url``'s requests through, as httpx reads the
+    environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``): aiohttp request
+    options and headers to add to each request (both empty for no proxy), or None if the client
+    is not one whose choice can be read."""
+    client = getattr(sdk, "_client", None)
+    pick = getattr(client, "_transport_for_url", None)
+    if pick is None:
+        return None
+    transport = pick(http.URL(url))
+    if transport is getattr(client, "_transport", None):
+        return {}, {}  # no proxy for this URL
+    proxy = getattr(transport, "proxy", None)  # openai's aiohttp transport keeps it here
+    if proxy is None:
+        return None
+    headers = dict(proxy.headers)
+    if proxy.auth:
+        headers["Proxy-Authorization"] = aiohttp.encode_basic_auth(*proxy.auth)
+    if http.URL(url).scheme == "https":  # the proxy reads them on the CONNECT request
+        return {"proxy": str(proxy.url), "proxy_headers": headers}, {}
+    # A plain-HTTP request goes to the proxy as it is, so they travel on it (aiohttp sends
+    # proxy_headers only on a CONNECT).
+    return {"proxy": str(proxy.url)}, headers
 
 
 def dumps(body: Any) -> bytes:

@@ -10,6 +10,7 @@ status and body). A drift after an openai upgrade fails here, not in a user's ev
 from __future__ import annotations
 
 import asyncio
+import base64
 import email.utils
 import json
 import random
@@ -19,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 import openai
 import pytest
@@ -32,6 +34,7 @@ from pytest_modal_eval.direct_client import (
     dumps,
     retry_after_s,
     retry_delay,
+    sdk_proxy,
     should_retry,
 )
 
@@ -290,6 +293,108 @@ def test_dropped_connection_without_retries_is_a_connection_error() -> None:
     ours = play([Answer(drop=True)], use_direct=True, max_retries=0)
     assert type(ours.error) is openai.APIConnectionError
     assert len(ours.seen) == 1
+
+
+class ForwardProxy:
+    """A plain HTTP forward proxy on 127.0.0.1: relays absolute-form requests, records them."""
+
+    def __init__(self) -> None:
+        self.relayed: list[tuple[str, str]] = []  # (method, absolute URL)
+        self.proxy_auth: list[str | None] = []
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> str:
+        self._session = aiohttp.ClientSession(auto_decompress=False)
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._relay)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+        await self._session.close()
+
+    async def _relay(self, request: web.Request) -> web.Response:
+        target = f"http://{request.headers['Host']}{request.rel_url}"
+        self.relayed.append((request.method, target))
+        self.proxy_auth.append(request.headers.get("Proxy-Authorization"))
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in ("host", "proxy-authorization", "proxy-connection")
+        }
+        async with self._session.request(
+            request.method, target, headers=headers, data=await request.read()
+        ) as answer:
+            body = await answer.read()
+            kept = {k: v for k, v in answer.headers.items() if k.lower() == "content-type"}
+            return web.Response(status=answer.status, body=body, headers=kept)
+
+
+# openai's own aiohttp transport (the SDK side of the comparison) still uses BasicAuth.
+@pytest.mark.filterwarnings("ignore:BasicAuth is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The 'proxy_auth' parameter is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("bypassed", [False, True], ids=["proxied", "no_proxy"])
+def test_the_environment_proxy_is_used_as_the_sdk_uses_it(
+    monkeypatch: pytest.MonkeyPatch, bypassed: bool
+) -> None:
+    async def scenario(use_direct: bool) -> tuple[Outcome, ForwardProxy]:
+        forward = ForwardProxy()
+        proxy_url = await forward.__aenter__()
+        server = ScriptedServer([Answer()])
+        url = await server.__aenter__()
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.replace("//", "//agent:pw@"))
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1" if bypassed else "")
+        sdk = sdk_client(url, max_retries=0)  # httpx reads the environment here
+        client: Any = direct(sdk) if use_direct else sdk
+        try:
+            response = await client.post(PATH, body=BODY, cast_to=httpx.Response)
+            return Outcome(response.content, None, server.seen), forward
+        finally:
+            await client.close()
+            await server.__aexit__()
+            await forward.__aexit__()
+
+    sdk, sdk_forward = asyncio.run(scenario(use_direct=False))
+    ours, our_forward = asyncio.run(scenario(use_direct=True))
+
+    assert json.loads(ours.content or b"") == json.loads(sdk.content or b"") == COMPLETION
+    assert [m for m, _ in our_forward.relayed] == [m for m, _ in sdk_forward.relayed]
+    assert len(our_forward.relayed) == (0 if bypassed else 1)
+    assert [url.endswith(PATH) for _, url in our_forward.relayed] == [True] * (not bypassed)
+    expected_auth = [] if bypassed else ["Basic " + base64.b64encode(b"agent:pw").decode()]
+    assert our_forward.proxy_auth == sdk_forward.proxy_auth == expected_auth
+
+
+def test_a_proxy_the_client_cannot_read_leaves_requests_to_the_sdk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    http = adapter._http()
+    url = "https://api.example.test/v1/"
+
+    async def options(http_client: Any) -> Any:
+        sdk = openai.AsyncOpenAI(api_key="k", base_url=url, http_client=http_client)
+        try:
+            return sdk_proxy(sdk, url, http)
+        finally:
+            await sdk.close()
+
+    # openai's aiohttp transport: read, and sent on the CONNECT for an https endpoint.
+    assert asyncio.run(options(openai.DefaultAioHttpClient())) == (
+        {"proxy": "http://127.0.0.1:3128", "proxy_headers": {}},
+        {},
+    )
+    # httpx's own proxy transport does not say where it goes: DirectOpenAI steps aside.
+    assert asyncio.run(options(openai.DefaultAsyncHttpxClient())) is None
+    monkeypatch.setenv("NO_PROXY", "api.example.test")
+    assert asyncio.run(options(openai.DefaultAioHttpClient())) == ({}, {})
 
 
 def test_other_calls_go_to_the_sdk() -> None:
