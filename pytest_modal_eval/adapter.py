@@ -276,6 +276,7 @@ def chat_client(
     from verifiers.utils.client_utils import _build_headers_and_api_key
 
     from pytest_modal_eval.direct_client import CONNECT_TIMEOUT_S, DirectOpenAI
+    from pytest_modal_eval.endpoint_check import on_loopback
     from pytest_modal_eval.seeded_client import SeededChatClient
 
     config = ClientConfig(
@@ -291,6 +292,8 @@ def chat_client(
             max_connections=max_connections, max_keepalive_connections=max_connections
         ),
         "follow_redirects": False,  # as verifiers' client: a redirect is an answer, not a hop
+        # HTTP(S)_PROXY from the environment, as the SDK reads it; never for 127.0.0.1 & co.
+        "trust_env": not on_loopback(endpoint.base_url),
     }
     try:
         http_client = openai.DefaultAioHttpClient(**http_options)

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import threading
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from pytest_modal_eval.adapter import Endpoint
+
+
+def on_loopback(url: str) -> bool:
+    """Whether ``url`` is on this machine's loopback: such requests never go through an HTTP
+    proxy from the environment (no proxy can reach them; the Modal backend's own proxy and a
+    local vLLM live there)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class EndpointError(Exception):
@@ -40,7 +55,7 @@ def _probe(endpoint: Endpoint, timeout: float) -> str | None:
     if key:
         headers["Authorization"] = f"Bearer {key}"
     try:
-        response = httpx.get(url, headers=headers, timeout=timeout)
+        response = httpx.get(url, headers=headers, timeout=timeout, trust_env=not on_loopback(url))
     except httpx.HTTPError as exc:
         return (
             f"endpoint {endpoint.base_url} is unreachable: GET {url} failed "

@@ -37,6 +37,7 @@ from pytest_modal_eval.direct_client import (
     sdk_proxy,
     should_retry,
 )
+from pytest_modal_eval.endpoint_check import EndpointChecker, on_loopback
 
 PATH = "/chat/completions"
 BODY = {
@@ -268,10 +269,14 @@ def test_read_timeout_is_an_api_timeout_error_after_the_retries() -> None:
     assert_same(sdk, ours)
 
 
-def test_refused_connection_is_an_api_connection_error() -> None:
-    with socket.socket() as s:  # a port nobody listens on
+def unused_port() -> int:
+    with socket.socket() as s:  # a port nobody listens on once closed
         s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        return int(s.getsockname()[1])
+
+
+def test_refused_connection_is_an_api_connection_error() -> None:
+    closed = f"http://127.0.0.1:{unused_port()}/v1"
     sdk = play([Answer()], use_direct=False, max_retries=0, base_url=closed)
     ours = play([Answer()], use_direct=True, max_retries=0, base_url=closed)
     assert type(ours.error) is openai.APIConnectionError
@@ -395,6 +400,51 @@ def test_a_proxy_the_client_cannot_read_leaves_requests_to_the_sdk(
     assert asyncio.run(options(openai.DefaultAsyncHttpxClient())) is None
     monkeypatch.setenv("NO_PROXY", "api.example.test")
     assert asyncio.run(options(openai.DefaultAioHttpClient())) == ({}, {})
+
+
+@pytest.mark.parametrize(
+    ("url", "loopback"),
+    [
+        ("http://127.0.0.1:8000/v1", True),
+        ("http://127.8.0.1/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("http://localhost:8000/v1", True),
+        ("http://10.0.0.7:8000/v1", False),
+        ("https://api.example.test/v1", False),
+        ("http://127.0.0.1.nip.io/v1", False),
+    ],
+)
+def test_on_loopback(url: str, loopback: bool) -> None:
+    assert on_loopback(url) is loopback
+
+
+def test_loopback_endpoints_never_go_through_the_environment_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{unused_port()}")  # nothing listens
+    monkeypatch.delenv("NO_PROXY", raising=False)
+
+    async def scenario() -> tuple[Any, Any, list[Seen]]:
+        server = ScriptedServer([Answer()])
+        url = await server.__aenter__()
+        endpoint = adapter.Endpoint(url, "m", None)
+        client = adapter.chat_client(
+            endpoint, request_timeout=5, max_retries=0, max_connections=4
+        ).client
+        try:
+            # (a thread: the check is synchronous, and the server runs on this loop)
+            await asyncio.to_thread(EndpointChecker().check, endpoint)  # raises if unreached
+            answer = await client.post(PATH, body=BODY, cast_to=httpx.Response)
+            models = await client.get("/models", cast_to=httpx.Response)  # the SDK's own path
+            return answer, models, server.seen
+        finally:
+            await client.close()
+            await server.__aexit__()
+
+    answer, models, seen = asyncio.run(scenario())
+    assert json.loads(answer.content) == COMPLETION
+    assert models.status_code == 200
+    assert [s.path for s in seen] == ["/v1/models", f"/v1{PATH}", "/v1/models"]
 
 
 def test_other_calls_go_to_the_sdk() -> None:
