@@ -46,6 +46,7 @@ from pytest_modal_eval.answer_journal import (
     current_example,
     request_key,
 )
+from pytest_modal_eval.http_proxy import ProxyOptions, aiohttp_options
 
 if TYPE_CHECKING:
     from pytest_modal_eval.proxy import ModalProxy
@@ -231,11 +232,11 @@ class DirectOpenAI:
         await self._sdk.close()
 
 
-def sdk_proxy(sdk: Any, url: str, http: Any) -> tuple[dict[str, Any], dict[str, str]] | None:
+def sdk_proxy(sdk: Any, url: str, http: Any) -> ProxyOptions | None:
     """The proxy the SDK's HTTP client would send ``url``'s requests through, as httpx reads the
-    environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``): aiohttp request
-    options and headers to add to each request (both empty for no proxy), or None if the client
-    is not one whose choice can be read."""
+    environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), as request
+    options (see :func:`http_proxy.aiohttp_options`), or None if the client is not one whose
+    choice can be read."""
     client = getattr(sdk, "_client", None)
     pick = getattr(client, "_transport_for_url", None)
     if pick is None:
@@ -246,14 +247,9 @@ def sdk_proxy(sdk: Any, url: str, http: Any) -> tuple[dict[str, Any], dict[str, 
     proxy = getattr(transport, "proxy", None)  # openai's aiohttp transport keeps it here
     if proxy is None:
         return None
-    headers = dict(proxy.headers)
-    if proxy.auth:
-        headers["Proxy-Authorization"] = aiohttp.encode_basic_auth(*proxy.auth)
-    if http.URL(url).scheme == "https":  # the proxy reads them on the CONNECT request
-        return {"proxy": str(proxy.url), "proxy_headers": headers}, {}
-    # A plain-HTTP request goes to the proxy as it is, so they travel on it (aiohttp sends
-    # proxy_headers only on a CONNECT).
-    return {"proxy": str(proxy.url)}, headers
+    return aiohttp_options(
+        str(proxy.url), url, auth=tuple(proxy.auth) if proxy.auth else None, headers=proxy.headers
+    )
 
 
 def dumps(body: Any) -> bytes:

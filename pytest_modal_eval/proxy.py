@@ -14,7 +14,8 @@ logic run from the evaluation's event loop and connections. The local HTTP hop c
 CPU per request in the evaluation's process (README, Performance).
 
 Standalone: ``python -m pytest_modal_eval.proxy --upstream URL`` (secrets from the environment:
-``MODAL_PROXY_TOKEN_ID``, ``MODAL_PROXY_TOKEN_SECRET``, ``VLLM_API_KEY``).
+``MODAL_PROXY_TOKEN_ID``, ``MODAL_PROXY_TOKEN_SECRET``, ``VLLM_API_KEY``; an HTTP proxy on the
+way to the upstream from ``HTTPS_PROXY`` & co.).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
+
+from pytest_modal_eval.http_proxy import aiohttp_options, env_proxy
 
 __all__ = [
     "LOG_ROUTE_HEADER",
@@ -104,6 +107,7 @@ class ProxySettings:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     log_path: Path | None = None
+    upstream_proxy: str | None = None  # an http:// proxy to reach the upstream through
 
     def __post_init__(self) -> None:
         url = URL(self.upstream)
@@ -115,6 +119,8 @@ class ProxySettings:
             raise ValueError("max_attempts must be >= 1 and max_redirects >= 0")
         if self.backoff_initial_s < 0 or self.backoff_max_s < 0:
             raise ValueError("backoff times must be >= 0")
+        if self.upstream_proxy is not None and URL(self.upstream_proxy).scheme != "http":
+            raise ValueError(f"upstream_proxy must be an http:// URL: {self._proxy_shown()}")
         # A read-only copy: the caller's dict must not change what a running proxy sends.
         object.__setattr__(self, "inject_headers", MappingProxyType(dict(self.inject_headers)))
         if self.log_path is not None:
@@ -126,7 +132,14 @@ class ProxySettings:
             f"ProxySettings(upstream={self.upstream!r}, inject_headers={headers!r}, "
             f"request_deadline_s={self.request_deadline_s!r}, max_attempts={self.max_attempts!r}, "
             f"max_redirects={self.max_redirects!r}, backoff_initial_s={self.backoff_initial_s!r}, "
-            f"backoff_max_s={self.backoff_max_s!r}, log_path={self.log_path!r})"
+            f"backoff_max_s={self.backoff_max_s!r}, log_path={self.log_path!r}, "
+            f"upstream_proxy={self._proxy_shown()!r})"
+        )
+
+    def _proxy_shown(self) -> str | None:
+        """The upstream proxy without its credentials."""
+        return (
+            None if self.upstream_proxy is None else str(URL(self.upstream_proxy).with_user(None))
         )
 
 
@@ -135,7 +148,8 @@ def settings_from_env(upstream: str, **kw: Any) -> ProxySettings:
 
     ``MODAL_PROXY_TOKEN_ID`` -> ``Modal-Key``, ``MODAL_PROXY_TOKEN_SECRET`` -> ``Modal-Secret``,
     ``VLLM_API_KEY`` -> ``Authorization: Bearer ...``. An ``inject_headers`` keyword adds to or
-    overrides these; other keywords go to :class:`ProxySettings`.
+    overrides these; other keywords go to :class:`ProxySettings`. The upstream proxy, unless
+    given, is the one the environment names for the upstream (``HTTPS_PROXY`` & co.).
     """
     headers: dict[str, str] = {}
     for var, header, template in (
@@ -146,6 +160,7 @@ def settings_from_env(upstream: str, **kw: Any) -> ProxySettings:
         if value := os.environ.get(var, "").strip():
             headers[header] = template.format(value)
     headers.update(kw.pop("inject_headers", {}))
+    kw.setdefault("upstream_proxy", env_proxy(upstream, os.environ))
     return ProxySettings(upstream, inject_headers=headers, **kw)
 
 
@@ -239,6 +254,7 @@ class ModalProxy:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._log: _RequestLog | None = None
+        self._via, self._via_headers = aiohttp_options(settings.upstream_proxy, settings.upstream)
         self.http_requests = 0  # requests that came over HTTP (not through forward())
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -323,8 +339,9 @@ class ModalProxy:
             try:
                 async with deadline:
                     upstream = await send_upstream(
-                        session, self.settings, method, url, upstream_headers, body, outcome
-                    )
+                        session, self.settings, method, url, upstream_headers, body, outcome,
+                        via=self._via,
+                    )  # fmt: skip
                     if isinstance(upstream, web.Response):
                         made = upstream
                     else:
@@ -376,6 +393,7 @@ class ModalProxy:
             (k, v) for k, v in client_headers.items() if k.lower() not in _DROP_FROM_CLIENT
         )
         headers.update(s.inject_headers)  # replaces the client's placeholder Authorization
+        headers.update(self._via_headers)  # an upstream proxy's credentials, for plain http
         # Without this aiohttp asks for gzip, which we would pass on to a client that never did.
         headers.setdefault("Accept-Encoding", "identity")
         return URL(s.upstream.rstrip("/") + path_qs, encoded=True), headers
@@ -390,7 +408,7 @@ class ModalProxy:
         try:
             async with deadline:
                 upstream = await send_upstream(
-                    self._session, s, request.method, url, headers, body, outcome
+                    self._session, s, request.method, url, headers, body, outcome, via=self._via
                 )
                 if isinstance(upstream, web.Response):
                     outcome.status = str(upstream.status)
@@ -433,9 +451,12 @@ async def send_upstream(
     headers: CIMultiDict[str],
     body: bytes,
     outcome: _Outcome,
+    *,
+    via: Mapping[str, Any],
 ) -> aiohttp.ClientResponse | web.Response:
-    """Send, follow Modal's 303s and retry transient failures. Returns the response to relay
-    (body unread) or an error the proxy made up."""
+    """Send, follow Modal's 303s and retry transient failures; ``via`` are the request options
+    of an HTTP proxy on the way. Returns the response to relay (body unread) or an error the
+    proxy made up."""
     # A failed fetch of a call's result, kept because Modal hands a result out only once:
     # if that failure *was* the result, the retry finds nothing and this is the real answer.
     failed_fetch: web.Response | None = None
@@ -449,6 +470,7 @@ async def send_upstream(
                 data=body or None,
                 allow_redirects=False,
                 timeout=_UPSTREAM_TIMEOUT,
+                **via,
             )
         except aiohttp.ClientConnectionError as exc:  # refused, reset, disconnected
             if outcome.attempts >= s.max_attempts:

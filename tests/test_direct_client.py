@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import httpx
 import openai
 import pytest
@@ -38,6 +37,7 @@ from pytest_modal_eval.direct_client import (
     should_retry,
 )
 from pytest_modal_eval.endpoint_check import EndpointChecker, on_loopback
+from tests.support.forward_proxy import ForwardProxy
 
 PATH = "/chat/completions"
 BODY = {
@@ -300,47 +300,6 @@ def test_dropped_connection_without_retries_is_a_connection_error() -> None:
     assert len(ours.seen) == 1
 
 
-class ForwardProxy:
-    """A plain HTTP forward proxy on 127.0.0.1: relays absolute-form requests, records them."""
-
-    def __init__(self) -> None:
-        self.relayed: list[tuple[str, str]] = []  # (method, absolute URL)
-        self.proxy_auth: list[str | None] = []
-        self._runner: web.AppRunner | None = None
-
-    async def __aenter__(self) -> str:
-        self._session = aiohttp.ClientSession(auto_decompress=False)
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._relay)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
-        await self._session.close()
-
-    async def _relay(self, request: web.Request) -> web.Response:
-        target = f"http://{request.headers['Host']}{request.rel_url}"
-        self.relayed.append((request.method, target))
-        self.proxy_auth.append(request.headers.get("Proxy-Authorization"))
-        headers = {
-            k: v
-            for k, v in request.headers.items()
-            if k.lower() not in ("host", "proxy-authorization", "proxy-connection")
-        }
-        async with self._session.request(
-            request.method, target, headers=headers, data=await request.read()
-        ) as answer:
-            body = await answer.read()
-            kept = {k: v for k, v in answer.headers.items() if k.lower() == "content-type"}
-            return web.Response(status=answer.status, body=body, headers=kept)
-
-
 # openai's own aiohttp transport (the SDK side of the comparison) still uses BasicAuth.
 @pytest.mark.filterwarnings("ignore:BasicAuth is deprecated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:The 'proxy_auth' parameter is deprecated:DeprecationWarning")
@@ -350,7 +309,7 @@ def test_the_environment_proxy_is_used_as_the_sdk_uses_it(
 ) -> None:
     async def scenario(use_direct: bool) -> tuple[Outcome, ForwardProxy]:
         forward = ForwardProxy()
-        proxy_url = await forward.__aenter__()
+        proxy_url = forward.start()
         server = ScriptedServer([Answer()])
         url = await server.__aenter__()
         monkeypatch.setenv("HTTP_PROXY", proxy_url.replace("//", "//agent:pw@"))
@@ -363,7 +322,7 @@ def test_the_environment_proxy_is_used_as_the_sdk_uses_it(
         finally:
             await client.close()
             await server.__aexit__()
-            await forward.__aexit__()
+            forward.stop()
 
     sdk, sdk_forward = asyncio.run(scenario(use_direct=False))
     ours, our_forward = asyncio.run(scenario(use_direct=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import pytest
 import pytest_modal_eval.proxy as proxy_module
 from pytest_modal_eval import adapter
 from pytest_modal_eval.direct_client import DirectOpenAI
+from pytest_modal_eval.http_proxy import env_proxy
 from pytest_modal_eval.proxy import (
     LOG_ROUTE_HEADER,
     ModalProxy,
@@ -32,6 +34,7 @@ from pytest_modal_eval.proxy import (
     ProxyThread,
     settings_from_env,
 )
+from tests.support.forward_proxy import ForwardProxy
 from tests.support.modal_server import CALL_PARAM, CHAT_PATH, ModalLikeServer
 
 SECRETS = {
@@ -400,6 +403,45 @@ def test_settings_from_env_and_redacted_repr(monkeypatch: pytest.MonkeyPatch) ->
     }
 
 
+def test_upstream_proxy_from_env_with_credentials_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv(var.upper(), raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://agent:pw-SECRET@corp-proxy:3128")
+    settings = settings_from_env("https://ws--app-serve.modal.run")
+    assert settings.upstream_proxy == "http://agent:pw-SECRET@corp-proxy:3128"
+    assert "upstream_proxy='http://corp-proxy:3128'" in repr(settings)
+    assert "pw-SECRET" not in repr(settings)
+    assert settings_from_env("http://127.0.0.1:1").upstream_proxy is None  # loopback
+    monkeypatch.setenv("NO_PROXY", ".modal.run")
+    assert settings_from_env("https://ws--app-serve.modal.run").upstream_proxy is None
+    with pytest.raises(ValueError, match=r"http:// URL: https://corp-proxy:3128$"):
+        ProxySettings("https://h", upstream_proxy="https://agent:pw-SECRET@corp-proxy:3128")
+
+
+@pytest.mark.parametrize(
+    ("environ", "url", "expected"),
+    [
+        ({"HTTPS_PROXY": "http://p:1"}, "https://a.test/v1", "http://p:1"),
+        ({"HTTPS_PROXY": "http://p:1"}, "http://a.test/v1", None),
+        (
+            {"http_proxy": "http://low:1", "HTTP_PROXY": "http://up:1"},
+            "http://a.test",
+            "http://low:1",
+        ),
+        ({"ALL_PROXY": "http://all:1"}, "https://a.test", "http://all:1"),
+        ({"ALL_PROXY": "http://all:1", "NO_PROXY": "a.test"}, "https://x.a.test", None),
+        ({"ALL_PROXY": "http://all:1", "no_proxy": "*"}, "https://a.test", None),
+        ({"ALL_PROXY": "http://all:1", "NO_PROXY": "b.test"}, "https://a.test", "http://all:1"),
+        ({"ALL_PROXY": "http://all:1"}, "http://localhost:8000/v1", None),
+    ],
+)
+def test_env_proxy(environ: dict[str, str], url: str, expected: str | None) -> None:
+    assert env_proxy(url, environ) == expected
+
+
 @pytest.mark.parametrize("upstream_url", ["127.0.0.1:8000", "ftp://h", "http://h/?q=1"])
 def test_settings_reject_bad_upstream(upstream_url: str) -> None:
     with pytest.raises(ValueError, match="upstream"):
@@ -524,6 +566,35 @@ def test_in_process_client_of_a_stopped_proxy_is_refused(
     assert proxy_module.in_process(proxy.url) is None
     assert isinstance(post_chat(client, {}), openai.APIConnectionError)
     assert upstream.seen == []
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_upstream_proxy_carries_every_hop(
+    make_proxy: MakeProxy,
+    upstream: ModalLikeServer,
+    monkeypatch: pytest.MonkeyPatch,
+    via: str,
+) -> None:
+    forward = ForwardProxy()
+    forward_url = forward.start()
+    try:
+        proxy = make_proxy(upstream_proxy=forward_url.replace("//", "//agent:pw@"))
+        client = direct_client(proxy, via, monkeypatch)
+        answer = post_chat(client, {"X-Test-Hops": "2"})
+        proxy.stop()
+    finally:
+        forward.stop()
+
+    assert answer.status_code == 200
+    assert [(method, url.startswith(upstream.url)) for method, url in forward.relayed] == [
+        ("POST", True),
+        ("GET", True),
+        ("GET", True),
+    ]
+    assert forward.proxy_auth == ["Basic " + base64.b64encode(b"agent:pw").decode()] * 3
+    for seen in upstream.seen:  # the secrets still reach the upstream, the proxy's own do not
+        assert seen.headers["Modal-Key"] == SECRETS["Modal-Key"]
+        assert "Proxy-Authorization" not in seen.headers
 
 
 # -- lifecycle -----------------------------------------------------------------------------------

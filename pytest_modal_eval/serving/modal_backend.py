@@ -159,13 +159,14 @@ class ModalServer:
         else:
             self._note(f"reusing deployed app {name} at {url}")
 
+        from pytest_modal_eval.http_proxy import env_proxy
         from pytest_modal_eval.proxy import ProxySettings, ProxyThread
 
         settings = ProxySettings(
             upstream=url,
             inject_headers=headers,
             log_path=self.logs_dir / PROXY_LOG_NAME,
-            **self.proxy_options,
+            **{"upstream_proxy": env_proxy(url, self._environ), **self.proxy_options},
         )
         self._proxy = ProxyThread(settings)
         base = self._proxy.start()
