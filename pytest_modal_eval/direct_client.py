@@ -193,7 +193,7 @@ class DirectOpenAI:
         """One attempt: the answer's status, raw headers and body."""
         if self._proxy is not None:
             # The request timeout bounds the whole exchange: over HTTP, the proxy sends nothing
-            # back before the upstream's final answer.
+            # back before the upstream's final answer (rollout requests are not streamed).
             async with asyncio.timeout(self._request_timeout):
                 path_qs = self._base_path + url[len(self._base) :]
                 return await self._proxy.forward(session, "POST", path_qs, headers, data)

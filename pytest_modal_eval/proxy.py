@@ -76,7 +76,8 @@ _HOP_BY_HOP = frozenset(
 )
 # aiohttp sets Host and body framing for the upstream request itself; a forwarded Host would
 # make Modal route to 127.0.0.1, and Expect would stall on a 100-continue nobody sends.
-_DROP_FROM_CLIENT = _HOP_BY_HOP | {"host", "content-length", "expect", LOG_ROUTE_HEADER.lower()}
+_ROUTE_KEY = LOG_ROUTE_HEADER.lower()
+_DROP_FROM_CLIENT = _HOP_BY_HOP | {"host", "content-length", "expect", _ROUTE_KEY}
 # The redirect GET must carry no body (Modal rejects it), so no headers describing one either.
 _BODY_HEADERS = ("Content-Type", "Content-Encoding", "Content-Length")
 
@@ -238,6 +239,14 @@ def _deadline_error(s: ProxySettings, outcome: _Outcome) -> web.Response:
     )
 
 
+class _UpstreamHeaders(CIMultiDict[str]):
+    """The headers sent upstream, secrets included: their repr shows names only, so a
+    traceback with locals (``pytest -l``) cannot print them."""
+
+    def __repr__(self) -> str:
+        return f"<_UpstreamHeaders({', '.join(self.keys())}: values not shown)>"
+
+
 @dataclass
 class _Outcome:
     status: str = "cancelled"  # stays so if the client disconnects or the proxy stops
@@ -295,7 +304,8 @@ class ModalProxy:
 
     async def stop(self) -> None:
         """Stop listening, cut in-flight requests (within ~1 s), close upstream connections and
-        flush the log. Safe to call twice."""
+        flush the log. Safe to call twice. Requests handed over with :meth:`forward` are not
+        cut: they run on their caller's loop and end with it."""
         if self.url is not None and _IN_PROCESS.get(self.url) is self:
             del _IN_PROCESS[self.url]
         # In this order: handlers still running during cleanup need the session and the log.
@@ -325,17 +335,25 @@ class ModalProxy:
     ) -> tuple[int, tuple[tuple[bytes, bytes], ...], bytes]:
         """One request as the proxy would relay it, sent on the caller's session from the
         caller's event loop (any thread): follows the 303s, retries, injects the secrets, keeps
-        the deadline and logs the line. Returns the status, headers and whole body.
+        the deadline and logs the line. Returns the status, headers and whole body (read, not
+        streamed). What the client would see over HTTP, it sees here: a transport error for a
+        body cut short, a 5xx for the proxy's own failures.
 
-        ``headers`` are the ones a client would send the proxy, log route included. A stopped
-        proxy refuses, as its closed port would.
+        ``headers`` are the ones a client would send the proxy, log route included. The session
+        must pass bodies through undecoded (``auto_decompress=False``), as the proxy's own does.
+        A stopped proxy refuses, as its closed port would; requests already handed over are
+        not cut by :meth:`stop` but end with their caller.
         """
         if self._runner is None:
             raise aiohttp.ClientConnectionError(f"the proxy at {self.url} has stopped")
+        if session.auto_decompress:
+            raise ValueError("ModalProxy.forward needs a session with auto_decompress=False")
         url, upstream_headers = self._upstream_request(path_qs, headers)
         path = URL(path_qs, encoded=True).raw_path
-        with self._logged(method, path, headers.get(LOG_ROUTE_HEADER)) as outcome:
+        route = next((v for k, v in headers.items() if k.lower() == _ROUTE_KEY), None)
+        with self._logged(method, path, route) as outcome:
             deadline = asyncio.timeout(self.settings.request_deadline_s)
+            answered = False
             try:
                 async with deadline:
                     upstream = await send_upstream(
@@ -346,7 +364,7 @@ class ModalProxy:
                         made = upstream
                     else:
                         async with upstream:
-                            outcome.status = str(upstream.status)
+                            outcome.status, answered = str(upstream.status), True
                             try:
                                 content = await upstream.read()
                             except (aiohttp.ClientError, ConnectionError) as exc:
@@ -356,7 +374,18 @@ class ModalProxy:
             except TimeoutError:
                 if not deadline.expired():
                     raise
+                if answered:  # over HTTP the body would be cut: the same failure here
+                    outcome.status += "+deadline"
+                    raise aiohttp.ClientPayloadError(
+                        f"the proxy's request deadline of {self.settings.request_deadline_s:g} s "
+                        "passed while the answer was being read"
+                    ) from None
                 made = _deadline_error(self.settings, outcome)
+            except (aiohttp.ClientError, ConnectionError):
+                raise
+            except Exception as exc:  # over HTTP, the proxy's server would answer 500
+                _logger.exception("proxy: request failed")
+                made = _error(500, "proxy_error", f"{type(exc).__name__}: {exc}")
             outcome.status = str(made.status)
             assert isinstance(made.body, bytes)
             return made.status, _raw(made.headers), made.body
@@ -374,10 +403,11 @@ class ModalProxy:
                 outcome.status += "+cancelled"
             raise
         finally:
-            if self._log is not None:
+            log = self._log  # once: stop() may clear it from another thread
+            if log is not None:
                 stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
                 # raw_path keeps the path percent-encoded (one line, no spaces) and the query off.
-                self._log.add(
+                log.add(
                     _log_route(route),
                     f"{stamp} {method} {raw_path} status={outcome.status}"
                     f" hops={outcome.hops} attempts={outcome.attempts}"
@@ -386,10 +416,10 @@ class ModalProxy:
 
     def _upstream_request(
         self, path_qs: str, client_headers: Mapping[str, str]
-    ) -> tuple[URL, CIMultiDict[str]]:
+    ) -> tuple[URL, _UpstreamHeaders]:
         """The upstream URL and headers for a client's request to ``path_qs``."""
         s = self.settings
-        headers = CIMultiDict(
+        headers = _UpstreamHeaders(
             (k, v) for k, v in client_headers.items() if k.lower() not in _DROP_FROM_CLIENT
         )
         headers.update(s.inject_headers)  # replaces the client's placeholder Authorization
@@ -483,7 +513,11 @@ async def send_upstream(
         except aiohttp.ClientError as exc:  # e.g. a malformed response: retrying won't help
             return _error(502, "proxy_upstream_error", f"{type(exc).__name__}: {exc}")
         else:
-            target = _redirect_target(url, resp)
+            try:
+                target = _redirect_target(url, resp)
+            except ValueError as exc:  # a Location that is not a URL
+                resp.release()
+                return _error(502, "proxy_upstream_error", f"bad redirect Location: {exc}")
             if target is not None:
                 resp.release()
                 outcome.hops += 1
@@ -529,8 +563,12 @@ def _relay_headers(resp: aiohttp.ClientResponse, *drop: str) -> CIMultiDict[str]
 
 
 def _raw(headers: Mapping[str, str]) -> tuple[tuple[bytes, bytes], ...]:
-    """Headers as aiohttp's ``raw_headers`` has them."""
-    return tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
+    """Headers as aiohttp's ``raw_headers`` has them (it decodes them as UTF-8, keeping any
+    other byte as a surrogate, so this gives back the bytes that came)."""
+    return tuple(
+        (k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
+        for k, v in headers.items()
+    )
 
 
 def _redirect_target(current: URL, resp: aiohttp.ClientResponse) -> URL | None:

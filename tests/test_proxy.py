@@ -450,30 +450,30 @@ def test_settings_reject_bad_upstream(upstream_url: str) -> None:
 
 # -- an evaluation in the proxy's own process ----------------------------------------------------
 # DirectOpenAI hands its requests to a proxy running in its process (ModalProxy.forward) instead
-# of sending them to its port. Each case runs both ways and must look the same to the client,
-# the upstream and the log; only the count of requests that came over HTTP differs.
+# of sending them to its port. Each case runs both ways and must look the same to the client and
+# in the log (the upstream sees the same requests, but for Accept-Encoding, which the client
+# leg over HTTP adds); only the count of requests that came over HTTP differs.
 VIAS = ["in-process", "http"]
 
 
 def direct_client(
     proxy: ProxyThread, via: str, monkeypatch: pytest.MonkeyPatch, *, timeout: float = 15.0
 ) -> DirectOpenAI:
-    if via == "http":  # as in an xdist worker, where the proxy runs in another process
-        monkeypatch.setattr(proxy_module, "_IN_PROCESS", {})
     sdk = openai.AsyncOpenAI(api_key="EMPTY", base_url=f"{proxy.url}/v1", max_retries=0)
-    client = DirectOpenAI(sdk, request_timeout=timeout, max_connections=8, http=adapter._http())
-    monkeypatch.undo()  # the lookup happens when the client is made
-    return client
+    with monkeypatch.context() as patch:  # the lookup happens when the client is made
+        if via == "http":  # as in an xdist worker, where the proxy runs in another process
+            patch.setattr(proxy_module, "_IN_PROCESS", {})
+        return DirectOpenAI(sdk, request_timeout=timeout, max_connections=8, http=adapter._http())
 
 
-def post_chat(client: DirectOpenAI, headers: dict[str, str]) -> Any:
+def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -> Any:
     """The answer verifiers would get (an httpx Response), or the exception it would see."""
 
     async def go() -> Any:
         try:
             return await client.post(
                 "/chat/completions",
-                body=CHAT,
+                body=body,
                 cast_to=adapter._http().Response,
                 options={"headers": headers},
             )
@@ -553,6 +553,56 @@ def test_in_process_client_keeps_its_request_timeout(
     assert isinstance(error, openai.APITimeoutError)
     # The proxy gives up on the upstream when its client does.
     assert [d["status"] for d in parsed_log(log_path)] == ["cancelled"]
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_in_process_client_gets_header_bytes_as_they_came(
+    make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    proxy = make_proxy()
+    answer = post_chat(direct_client(proxy, via, monkeypatch), {"X-Test-Note": "1"})
+    proxy.stop()
+    assert answer.status_code == 200
+    assert answer.headers.raw[[k.lower() for k, _ in answer.headers.raw].index(b"x-note")] == (
+        b"X-Note",
+        "café ✓".encode(),
+    )
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_in_process_client_gets_a_502_for_a_bad_location(
+    make_proxy: MakeProxy, log_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    proxy = make_proxy()
+    error = post_chat(
+        direct_client(proxy, via, monkeypatch), {"X-Test-Hops": "2", "X-Test-Bad-Location": "1"}
+    )
+    proxy.stop()
+    assert isinstance(error, openai.InternalServerError)
+    assert error.status_code == 502
+    assert "bad redirect Location" in str(error)
+    assert [d["status"] for d in parsed_log(log_path)] == ["502"]
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_in_process_client_sees_a_deadline_mid_answer_as_a_cut_answer(
+    make_proxy: MakeProxy, log_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    proxy = make_proxy(request_deadline_s=0.5)
+    client = direct_client(proxy, via, monkeypatch)
+    # A streamed answer whose last event waits for a gate nobody opens (for 5 s).
+    error = post_chat(client, {"X-Test-Gate": "1"}, body={**CHAT, "stream": True})
+    proxy.stop()
+    assert isinstance(error, openai.APIConnectionError)
+    assert [d["status"] for d in parsed_log(log_path)] == ["200+deadline"]
+
+
+def test_upstream_headers_do_not_show_their_values() -> None:
+    proxy = ModalProxy(ProxySettings("http://127.0.0.1:1", inject_headers=SECRETS))
+    _, headers = proxy._upstream_request("/v1/models", {"Accept": "application/json"})
+    for shown in (repr(headers), str(headers), repr(headers.copy())):
+        assert "Modal-Secret" in shown
+        assert not any(secret in shown for secret in SECRET_VALUES)
 
 
 def test_in_process_client_of_a_stopped_proxy_is_refused(

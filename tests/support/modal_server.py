@@ -11,6 +11,8 @@ once (a second GET is 404). A POST to a call URL, or a GET with a body, gets
   only once, so a retried fetch gets 404).
 - ``X-Test-Gate: 1``: a streamed answer waits for :meth:`ModalLikeServer.open_gate` before
   its last event, so a test can prove the first events arrived before the stream ended.
+- ``X-Test-Bad-Location: 1``: the first redirect's Location is not a URL.
+- ``X-Test-Note: 1``: the result carries ``X-Note`` with non-ASCII text (UTF-8 bytes).
 
 A JSON body with ``"stream": true`` is answered with SSE ``text/event-stream`` chunks.
 :meth:`ModalLikeServer.fail_next` queues faults for the next requests: ``"429"`` or
@@ -54,6 +56,8 @@ class _Call:
     stream: bool
     gate: bool
     status: int
+    bad_location: bool = False
+    note: bool = False
 
 
 class ModalLikeServer:
@@ -145,6 +149,8 @@ class ModalLikeServer:
             stream=bool(payload.get("stream")),
             gate=request.headers.get("X-Test-Gate") == "1",
             status=int(request.headers.get("X-Test-Result-Status", "200")),
+            bad_location=request.headers.get("X-Test-Bad-Location") == "1",
+            note=request.headers.get("X-Test-Note") == "1",
         )
         if call.hops_left == 0:
             return await self._result(request, call)
@@ -157,6 +163,8 @@ class ModalLikeServer:
         if call.delay:
             await asyncio.sleep(call.delay)
         location = f"{CHAT_PATH if absolute else ''}?{CALL_PARAM}={call_id}"
+        if call.bad_location:
+            location = "http://[::1/broken"
         return web.Response(status=303, headers={"Location": location})
 
     async def _result(self, request: web.Request, call: _Call) -> web.StreamResponse:
@@ -168,7 +176,8 @@ class ModalLikeServer:
                 {
                     "object": "chat.completion",
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
-                }
+                },
+                headers={"X-Note": "café ✓"} if call.note else None,
             )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
