@@ -485,6 +485,24 @@ def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -
     return asyncio.run(go())
 
 
+def exchange(
+    make_proxy: MakeProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    via: str,
+    headers: dict[str, str],
+    *,
+    body: Any = CHAT,
+    timeout: float = 15.0,
+    **settings: Any,
+) -> Any:
+    """One rollout request through a new proxy (``settings``), handed over or over HTTP; the
+    proxy is stopped, its log flushed, before the answer or error is returned."""
+    proxy = make_proxy(**settings)
+    answer = post_chat(direct_client(proxy, via, monkeypatch, timeout=timeout), headers, body)
+    proxy.stop()
+    return answer
+
+
 def answered_over_http(proxy: ProxyThread) -> int:
     assert proxy.proxy is not None
     return proxy.proxy.http_requests
@@ -528,11 +546,8 @@ def test_in_process_client_speaks_the_protocol_without_the_http_hop(
 def test_in_process_client_gets_the_deadline_504(
     make_proxy: MakeProxy, log_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
-    proxy = make_proxy(request_deadline_s=0.3)
-    client = direct_client(proxy, via, monkeypatch)
-
-    error = post_chat(client, {"X-Test-Hops": "5", "X-Test-Hop-Delay": "0.2"})
-    proxy.stop()
+    hops = {"X-Test-Hops": "5", "X-Test-Hop-Delay": "0.2"}
+    error = exchange(make_proxy, monkeypatch, via, hops, request_deadline_s=0.3)
 
     assert isinstance(error, openai.InternalServerError)
     assert error.status_code == 504
@@ -544,11 +559,8 @@ def test_in_process_client_gets_the_deadline_504(
 def test_in_process_client_keeps_its_request_timeout(
     make_proxy: MakeProxy, log_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
-    proxy = make_proxy()
-    client = direct_client(proxy, via, monkeypatch, timeout=0.3)
-
-    error = post_chat(client, {"X-Test-Hops": "2", "X-Test-Hop-Delay": "1"})
-    proxy.stop()
+    hops = {"X-Test-Hops": "2", "X-Test-Hop-Delay": "1"}
+    error = exchange(make_proxy, monkeypatch, via, hops, timeout=0.3)
 
     assert isinstance(error, openai.APITimeoutError)
     # The proxy gives up on the upstream when its client does.
@@ -559,9 +571,7 @@ def test_in_process_client_keeps_its_request_timeout(
 def test_in_process_client_gets_header_bytes_as_they_came(
     make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
-    proxy = make_proxy()
-    answer = post_chat(direct_client(proxy, via, monkeypatch), {"X-Test-Note": "1"})
-    proxy.stop()
+    answer = exchange(make_proxy, monkeypatch, via, {"X-Test-Note": "1"})
     assert answer.status_code == 200
     assert answer.headers.raw[[k.lower() for k, _ in answer.headers.raw].index(b"x-note")] == (
         b"X-Note",
@@ -573,11 +583,8 @@ def test_in_process_client_gets_header_bytes_as_they_came(
 def test_in_process_client_gets_a_502_for_a_bad_location(
     make_proxy: MakeProxy, log_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
-    proxy = make_proxy()
-    error = post_chat(
-        direct_client(proxy, via, monkeypatch), {"X-Test-Hops": "2", "X-Test-Bad-Location": "1"}
-    )
-    proxy.stop()
+    hops = {"X-Test-Hops": "2", "X-Test-Bad-Location": "1"}
+    error = exchange(make_proxy, monkeypatch, via, hops)
     assert isinstance(error, openai.InternalServerError)
     assert error.status_code == 502
     assert "bad redirect Location" in str(error)
@@ -588,11 +595,9 @@ def test_in_process_client_gets_a_502_for_a_bad_location(
 def test_in_process_client_sees_a_deadline_mid_answer_as_a_cut_answer(
     make_proxy: MakeProxy, log_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
-    proxy = make_proxy(request_deadline_s=0.5)
-    client = direct_client(proxy, via, monkeypatch)
     # A streamed answer whose last event waits for a gate nobody opens (for 5 s).
-    error = post_chat(client, {"X-Test-Gate": "1"}, body={**CHAT, "stream": True})
-    proxy.stop()
+    gated, streamed = {"X-Test-Gate": "1"}, {**CHAT, "stream": True}
+    error = exchange(make_proxy, monkeypatch, via, gated, body=streamed, request_deadline_s=0.5)
     assert isinstance(error, openai.APIConnectionError)
     assert [d["status"] for d in parsed_log(log_path)] == ["200+deadline"]
 
