@@ -7,6 +7,7 @@ destination goes through and passes it with every request.
 
 from __future__ import annotations
 
+import logging
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
@@ -16,13 +17,16 @@ from yarl import URL
 
 from pytest_modal_eval.endpoint_check import on_loopback
 
+_logger = logging.getLogger(__name__)
+
 #: aiohttp request options, and headers to add to each request.
 ProxyOptions = tuple[dict[str, Any], dict[str, str]]
 
 
 def env_proxy(url: str, environ: Mapping[str, str]) -> str | None:
     """The proxy ``environ`` names for ``url``: ``<scheme>_proxy``, else ``all_proxy`` (lower
-    case first, as curl reads them), unless ``no_proxy`` covers the host or it is on loopback."""
+    case first, as curl reads them), unless ``no_proxy`` covers the host or it is on loopback.
+    Only ``http://`` proxies can be used (aiohttp's limit); another is ignored with a warning."""
 
     def get(name: str) -> str | None:
         return environ.get(name) or environ.get(name.upper()) or None
@@ -33,6 +37,10 @@ def env_proxy(url: str, environ: Mapping[str, str]) -> str | None:
     proxy = get(f"{target.scheme}_proxy") or get("all_proxy")
     no_proxy = get("no_proxy")
     if proxy and no_proxy and _bypass(target.host, {"no": no_proxy}):
+        return None
+    if proxy and URL(proxy).scheme != "http":
+        shown = URL(proxy).with_user(None)
+        _logger.warning("ignoring the proxy %s for %s: only http:// proxies work here", shown, url)
         return None
     return proxy
 

@@ -436,6 +436,7 @@ def test_upstream_proxy_from_env_with_credentials_redacted(
         ({"ALL_PROXY": "http://all:1", "no_proxy": "*"}, "https://a.test", None),
         ({"ALL_PROXY": "http://all:1", "NO_PROXY": "b.test"}, "https://a.test", "http://all:1"),
         ({"ALL_PROXY": "http://all:1"}, "http://localhost:8000/v1", None),
+        ({"HTTPS_PROXY": "https://tls-proxy:1"}, "https://a.test", None),  # aiohttp cannot
     ],
 )
 def test_env_proxy(environ: dict[str, str], url: str, expected: str | None) -> None:
