@@ -37,7 +37,7 @@ from pytest_modal_eval.direct_client import (
     should_retry,
 )
 from pytest_modal_eval.endpoint_check import EndpointChecker, on_loopback
-from tests.support.forward_proxy import ForwardProxy
+from tests.support.forward_proxy import ForwardProxy, clear_proxy_env
 
 PATH = "/chat/completions"
 BODY = {
@@ -307,6 +307,8 @@ def test_dropped_connection_without_retries_is_a_connection_error() -> None:
 def test_the_environment_proxy_is_used_as_the_sdk_uses_it(
     monkeypatch: pytest.MonkeyPatch, bypassed: bool
 ) -> None:
+    clear_proxy_env(monkeypatch)
+
     async def scenario(use_direct: bool) -> tuple[Outcome, ForwardProxy]:
         forward = ForwardProxy()
         proxy_url = forward.start()
@@ -338,8 +340,8 @@ def test_the_environment_proxy_is_used_as_the_sdk_uses_it(
 def test_a_proxy_the_client_cannot_read_leaves_requests_to_the_sdk(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    clear_proxy_env(monkeypatch)
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
-    monkeypatch.delenv("NO_PROXY", raising=False)
     http = adapter._http()
     url = "https://api.example.test/v1/"
 
@@ -380,8 +382,8 @@ def test_on_loopback(url: str, loopback: bool) -> None:
 def test_loopback_endpoints_never_go_through_the_environment_proxy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    clear_proxy_env(monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{unused_port()}")  # nothing listens
-    monkeypatch.delenv("NO_PROXY", raising=False)
 
     async def scenario() -> tuple[Any, Any, list[Seen]]:
         server = ScriptedServer([Answer()])

@@ -34,7 +34,7 @@ from pytest_modal_eval.proxy import (
     ProxyThread,
     settings_from_env,
 )
-from tests.support.forward_proxy import ForwardProxy
+from tests.support.forward_proxy import ForwardProxy, clear_proxy_env
 from tests.support.modal_server import CALL_PARAM, CHAT_PATH, ModalLikeServer
 
 SECRETS = {
@@ -406,9 +406,7 @@ def test_settings_from_env_and_redacted_repr(monkeypatch: pytest.MonkeyPatch) ->
 def test_upstream_proxy_from_env_with_credentials_redacted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
-        monkeypatch.delenv(var, raising=False)
-        monkeypatch.delenv(var.upper(), raising=False)
+    clear_proxy_env(monkeypatch)
     monkeypatch.setenv("HTTPS_PROXY", "http://agent:pw-SECRET@corp-proxy:3128")
     settings = settings_from_env("https://ws--app-serve.modal.run")
     assert settings.upstream_proxy == "http://agent:pw-SECRET@corp-proxy:3128"

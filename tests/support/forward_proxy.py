@@ -11,7 +11,18 @@ import concurrent.futures
 import threading
 
 import aiohttp
+import pytest
 from aiohttp import web
+
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+def clear_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy variable of the machine's, in either case, leaks into a test about them."""
+    for var in PROXY_VARS:
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv(var.upper(), raising=False)
+
 
 _NOT_FORWARDED = frozenset({"host", "proxy-authorization", "proxy-connection", "connection"})
 
