@@ -25,7 +25,6 @@ Runs in a daemon thread with its own event loop: ``start()`` returns the base UR
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -35,6 +34,8 @@ from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
+
+from tests.support.threaded_app import ThreadedApp
 
 CALL_PARAM = "__modal_function_call_id"
 CHAT_PATH = "/v1/chat/completions"
@@ -60,18 +61,15 @@ class _Call:
     note: bool = False
 
 
-class ModalLikeServer:
+class ModalLikeServer(ThreadedApp):
     def __init__(self) -> None:
-        self.url = ""
+        super().__init__()
         self.seen: list[Seen] = []
         self._faults: list[tuple[str | None, str]] = []
         self._calls: dict[str, _Call] = {}
         self._ids = itertools.count(1)
         self._gate = threading.Event()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
 
     # -- control, from the test's thread -------------------------------------------------------
     def fail_next(self, *faults: str, method: str | None = None) -> None:
@@ -82,30 +80,9 @@ class ModalLikeServer:
     def open_gate(self) -> None:
         self._gate.set()
 
-    def start(self) -> str:
-        ready: concurrent.futures.Future[str] = concurrent.futures.Future()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(ready),), daemon=True)
-        self._thread.start()
-        self.url = ready.result(timeout=10)
-        return self.url
-
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and self._thread is not None:
-            self._gate.set()  # release a gated stream so shutdown is quick
-            self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(timeout=10)
-            self._loop = None
-
-    async def _main(self, ready: concurrent.futures.Future[str]) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        ready.set_result(f"http://127.0.0.1:{runner.addresses[0][1]}")
-        await self._stop.wait()
-        await runner.cleanup()
+        self._gate.set()  # release a gated stream so shutdown is quick
+        super().stop()
 
     # -- the protocol ---------------------------------------------------------------------------
     def _take_fault(self, method: str) -> str | None:
