@@ -59,6 +59,17 @@ class ServerRequest:
             api_key_env=settings.api_key_env,
         )
 
+    @property
+    def endpoint_identity(self) -> str | None:
+        """The endpoint's part of the answer key: a ``--base-url`` endpoint is known by its URL;
+        a server we start, by its profile's fields (already in the key)."""
+        return self.base_url if self.backend == "endpoint" else None
+
+    @property
+    def server_decides_template(self) -> bool:
+        """A vLLM we start picks the chat template (on Modal, from the model it downloads)."""
+        return self.backend != "endpoint"
+
     def profile(self) -> dict[str, Any]:
         """The server profile: the fields that decide which server answers."""
         if self.backend == "endpoint":
@@ -99,7 +110,7 @@ def endpoint_info_for_existing(request: ServerRequest) -> EndpointInfo:
     return EndpointInfo(
         endpoint=Endpoint(request.base_url, request.model, request.api_key_env),
         profile=request.profile(),
-        identity=request.base_url,
+        identity=request.endpoint_identity,
     )
 
 

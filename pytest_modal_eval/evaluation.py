@@ -20,6 +20,7 @@ from typing import Any
 from pytest_modal_eval import adapter, heap, stats
 from pytest_modal_eval.answer_journal import FILENAME as JOURNAL_FILENAME
 from pytest_modal_eval.answer_journal import AnswerJournal
+from pytest_modal_eval.deployments import EndpointInfo
 from pytest_modal_eval.loader import Benchmark
 from pytest_modal_eval.resume import (
     PriorRun,
@@ -78,18 +79,19 @@ def verifiers_log_to(path: Path) -> Any:
 
 @dataclass(frozen=True)
 class RunRequest:
+    """What a run is, known before any server: the benchmark, the model, where runs live."""
+
     benchmark: Benchmark
     model: str
-    endpoint: adapter.Endpoint
     output_dir: Path
     index_key: str
     cache: Any  # pytest.Cache | None
     fresh: bool = False
-    server: dict[str, Any] = field(default_factory=dict)  # server profile, for the record
-    chat_template: dict[str, str] | None = None
+    server: dict[str, Any] = field(default_factory=dict)  # the server profile asked for
+    # The answer key's endpoint identity (the URL of a --base-url endpoint; None for servers
+    # we start), and whether a started server decides the chat template (vLLM, not --base-url).
     endpoint_identity: str | None = None
-    server_logs: Path | None = None  # the shared server's log directory
-    proxied: bool = False
+    server_decides_template: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class RunOutcome:
     reused_answers: int = 0  # answers journaled before an interruption, not requested again
     journal_problem: str | None = None  # why answers stopped being journaled, if they did
     new_run_note: str | None = None
+    serving_note: str | None = None  # why no server was started, when none was
     answer_hash: str = ""
     baseline_hash: str = ""
     # Finished example id -> its rollouts' rewards, as arrays (reads as {str id: [reward]}).
@@ -137,176 +140,281 @@ def model_slug(model: str) -> str:
     return "--".join(parts) if len(parts) > 1 else f"default--{parts[0]}"
 
 
-def run_benchmark(request: RunRequest, on_example: Callable[[ExampleResult], None]) -> RunOutcome:
-    """Evaluate (or finish) one benchmark; each finished example goes to ``on_example``."""
-    started = time.monotonic()
-    config = request.benchmark.config
-    env = adapter.load_environment(
-        config.env_id, config.env_args, request.benchmark.path.parent.resolve()
-    )
-    # Lazy views: rows are decoded a batch at a time whenever they are walked, never all held.
-    all_rows = adapter.dataset_rows(env, None)
-    rows = all_rows[: config.eval.num_examples] if config.eval.num_examples else all_rows
-    rollouts = config.eval.rollouts
-    sampling = config.sampling.as_request_args()
-    fields = answer_fields(
-        model=request.model,
-        env_id=config.env_id,
-        env_args=config.env_args,
-        dataset_fingerprint=fingerprint_rows(all_rows),
-        sampling=sampling,
-        rollouts=rollouts,
-        chat_template=request.chat_template or config.chat_template,
-        vllm=config.vllm.model_dump(),
-        endpoint_identity=request.endpoint_identity,
-    )
-    answer_hash = canonical_hash(fields)
-    slug = model_slug(request.model)
-    benchmark_dir = request.output_dir / f"{request.benchmark.name}--{slug}"
-    # Keyed by output directory too: runs written elsewhere are not continued here.
-    item_key = canonical_hash([request.index_key, request.model, str(benchmark_dir)], 8)
-    index = RunIndex(request.cache, f"{request.benchmark.name}-{item_key}", benchmark_dir)
-    prior = None if request.fresh else index.find(answer_hash)
-    note = None
-    if prior is None:
-        other = index.latest_incomplete(exclude=answer_hash)
-        if other is not None and not request.fresh:
-            changed = ", ".join(differing_fields(other.fields, fields)) or "unknown fields"
-            note = (
-                f"an earlier incomplete run {other.run_id} exists with a different "
-                f"configuration ({changed} differ); starting a new run"
-            )
-        run_id = new_run_id()
-        run_dir = index.benchmark_dir / run_id
-    else:
-        run_id, run_dir = prior.run_id, prior.run_dir
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    _link_server_logs(request.server_logs, run_dir / "logs")
-    checkpoint = Checkpoint(run_dir)
-    selected_ids = rows.example_ids()
-    state = RunState.from_checkpoint(checkpoint, selected_ids, rollouts)
-    run_config = _run_config(request, run_id, run_dir, answer_hash, fields, slug, len(rows))
-    if prior is None or not (run_dir / "run_config.json").exists():
-        write_json_atomic(run_dir / "run_config.json", run_config)
-    index.record(answer_hash, PriorRun(run_dir, run_id, fields, False), time.time())
+class BenchmarkRun:
+    """One benchmark evaluated once, in two steps: opened before any server is asked for
+    (environment, rows, the run it continues), then run against the endpoint if it needs one.
 
-    total = len(selected_ids)
-    done = 0
-    reward_sum = 0.0
-    counted = 0
-    for example_id in selected_ids:
-        if state.finished(example_id):
-            done += 1
-            rewards = state.rewards(example_id)
-            reward_sum += sum(rewards) / rollouts
-            counted += 1
-            on_example(
-                ExampleResult(example_id, rewards, None, done, total, reward_sum / counted, True)
-            )
-    finished_before = done
+    A run whose every selected example is already finished needs no endpoint
+    (:meth:`finished_without_server`): on Modal, starting a deployment only to find nothing to
+    do costs minutes of GPU time.
+    """
 
-    consecutive_errors = 0
-    start_time = datetime.now(UTC).isoformat()
-    # Answers of examples outside this selection are kept, not dropped, for a later run. (The
-    # journal never raises on I/O problems: it stops recording and says why in .problem.)
-    journal = AnswerJournal(
-        run_dir / JOURNAL_FILENAME,
-        lambda i: state.positions.get(i) is not None and state.finished(i),
-    )
+    def __init__(self, request: RunRequest) -> None:
+        self.started = time.monotonic()
+        self.request = request
+        config = request.benchmark.config
+        self.env = adapter.load_environment(
+            config.env_id, config.env_args, request.benchmark.path.parent.resolve()
+        )
+        # Lazy views: rows are decoded a batch at a time whenever they are walked, never held.
+        all_rows = adapter.dataset_rows(self.env, None)
+        n = config.eval.num_examples
+        self.rows = all_rows[:n] if n else all_rows
+        self.selected_ids = self.rows.example_ids()
+        self.rollouts = config.eval.rollouts
+        self.sampling = config.sampling.as_request_args()
+        self._dataset = fingerprint_rows(all_rows)
+        self.slug = model_slug(request.model)
+        self.benchmark_dir = request.output_dir / f"{request.benchmark.name}--{self.slug}"
+        # Keyed by output directory too: runs written elsewhere are not continued here.
+        item_key = canonical_hash([request.index_key, request.model, str(self.benchmark_dir)], 8)
+        self.index = RunIndex(
+            request.cache, f"{request.benchmark.name}-{item_key}", self.benchmark_dir
+        )
+        self._finished: tuple[PriorRun, RunState] | None = None
+        self._last_read: tuple[Path, RunState] | None = None
 
-    def meta() -> dict[str, Any]:
-        return _meta(run_id, config.env_id, request.model, rollouts, state, total, start_time)
-
-    progress_step = max(1, int(total * PROGRESS_STEP))
-    next_progress = done + progress_step
-
-    def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
-        nonlocal done, reward_sum, counted, consecutive_errors, next_progress
-        claimed = [output.get(adapter.ROLLOUT_COLUMN) for output in outputs]
-        records = [
-            rollout_record(
-                output, rollout, config.env_id, slot_wait_s=output.get(adapter.SLOT_WAIT_COLUMN)
-            )
-            for output, rollout in zip(
-                outputs, match_rollouts(claimed, state.missing(example_id)), strict=False
-            )
-        ]
-        checkpoint.append(records, config.eval.checkpoint_every)
-        state.add(records)
-        # Every rollout of it is now in the checkpoint, finished or errored (an errored one is
-        # retried afresh): none of its answers may be replayed again.
-        journal.finished(example_id)
-        done += 1
-        if done >= next_progress:
-            next_progress += progress_step
-            log.info(
-                "%s: %d/%d examples, mean reward so far %s",
-                request.benchmark.name,
-                done,
-                total,
-                f"{reward_sum / counted:.3f}" if counted else "n/a",
-            )
-        error = state.error(example_id)
-        if error is None:
-            rewards = state.rewards(example_id)
-            reward_sum += sum(rewards) / rollouts
-            counted += 1
-            consecutive_errors = 0
-        else:
-            rewards = []
-            consecutive_errors += 1
-        if checkpoint.write_meta(meta):  # at most once a second
-            heap.release_free_memory()
-        on_example(
-            ExampleResult(
-                example_id,
-                rewards,
-                error,
-                done,
-                total,
-                reward_sum / counted if counted else None,
-                False,
-            )
+    def answer_fields(self, chat_template: dict[str, str] | str | None) -> dict[str, Any]:
+        config = self.request.benchmark.config
+        return answer_fields(
+            model=self.request.model,
+            env_id=config.env_id,
+            env_args=config.env_args,
+            dataset_fingerprint=self._dataset,
+            sampling=self.sampling,
+            rollouts=self.rollouts,
+            chat_template=chat_template,
+            vllm=config.vllm.model_dump(),
+            endpoint_identity=self.request.endpoint_identity,
         )
 
-    def should_stop() -> str | None:
-        if consecutive_errors >= ABORT_AFTER_CONSECUTIVE_ERRORS and counted == 0:
-            return (
-                f"the first {consecutive_errors} examples all failed to evaluate "
-                f"(e.g. {state.any_error()}); "
-                f"the endpoint {request.endpoint.base_url} looks down. Finished work is kept "
-                f"in {run_dir}; re-run to continue."
-            )
+    def finished_without_server(self) -> PriorRun | None:
+        """The run this one continues if it has every selected example finished, found
+        without a server; then :meth:`run` needs no endpoint."""
+        if self.request.fresh:
+            return None
+        if self.request.server_decides_template:
+            fields = self.answer_fields(None)
+            candidates = self.index.complete_runs_served_alike(fields, self.request.server)
+        else:
+            fields = self.answer_fields(self.request.benchmark.config.chat_template)
+            prior = self.index.find(canonical_hash(fields))
+            candidates = [prior] if prior is not None else []
+        for prior in candidates:
+            state = self._state_of(prior.run_dir)
+            if not any(state.missing(i) for i in self.selected_ids):
+                self._finished = prior, state
+                return prior
         return None
 
-    # Rollouts each selected row still misses, fixed before the run: one int per row, where a
-    # list of the pending rows themselves held ~1 kB per example for the whole run.
-    still_missing = array("I", (len(state.missing(i)) for i in selected_ids))
-    checkpoint.open()
-    try:
-        if any(still_missing):
-            with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
-                _run_grouped(
-                    run_dir, env, rows, still_missing, request, sampling, handle, should_stop,
-                    journal, state.missing,
-                )  # fmt: skip
-    finally:
-        checkpoint.close()
-        checkpoint.write_meta(meta, force=True)
-        journal.close()
+    def _state_of(self, run_dir: Path) -> RunState:
+        """The run's checkpoint folded into a state; the last one read is kept, so a run that
+        turns out unfinished is not read twice (at 100,000 examples a read takes seconds)."""
+        if self._last_read is None or self._last_read[0] != run_dir:
+            state = RunState.from_checkpoint(Checkpoint(run_dir), self.selected_ids, self.rollouts)
+            self._last_read = run_dir, state
+        return self._last_read[1]
 
-    outcome = _summarise(run_dir, run_id, state, started)
-    outcome.resumed_examples = finished_before
-    outcome.reused_answers = journal.replayed
-    outcome.journal_problem = journal.problem
-    outcome.new_run_note = note
-    outcome.answer_hash = answer_hash
-    # A baseline is compared across models, so its key leaves out who answered.
-    outcome.baseline_hash = canonical_hash({**fields, "model": None, "endpoint": None})
-    write_results(checkpoint, run_dir / "results.jsonl", selected_ids, rollouts)
-    write_json_atomic(run_dir / "metadata.json", _metadata(request, outcome, sampling))
-    index.record(answer_hash, PriorRun(run_dir, run_id, fields, not outcome.errored), time.time())
-    return outcome
+    def run(
+        self, info: EndpointInfo | None, on_example: Callable[[ExampleResult], None]
+    ) -> RunOutcome:
+        """Evaluate what is missing against ``info``'s endpoint (None: nothing is missing, as
+        :meth:`finished_without_server` found); each finished example goes to ``on_example``."""
+        request, config = self.request, self.request.benchmark.config
+        rows, selected_ids, rollouts = self.rows, self.selected_ids, self.rollouts
+        chosen = self._choose(info)
+        run_id, run_dir, fields, answer_hash = (
+            chosen.run_id, chosen.run_dir, chosen.fields, chosen.answer_hash
+        )  # fmt: skip
+        state = chosen.state
+        checkpoint = Checkpoint(run_dir)
+        self._record(answer_hash, run_dir, run_id, fields, complete=False)
+
+        total = len(selected_ids)
+        done = 0
+        reward_sum = 0.0
+        counted = 0
+        for example_id in selected_ids:
+            if state.finished(example_id):
+                done += 1
+                rewards = state.rewards(example_id)
+                reward_sum += sum(rewards) / rollouts
+                counted += 1
+                on_example(
+                    ExampleResult(
+                        example_id, rewards, None, done, total, reward_sum / counted, True
+                    )
+                )
+        finished_before = done
+
+        consecutive_errors = 0
+        start_time = datetime.now(UTC).isoformat()
+        # Answers of examples outside this selection are kept, not dropped, for a later run. (The
+        # journal never raises on I/O problems: it stops recording and says why in .problem.)
+        journal = AnswerJournal(
+            run_dir / JOURNAL_FILENAME,
+            lambda i: state.positions.get(i) is not None and state.finished(i),
+        )
+
+        def meta() -> dict[str, Any]:
+            return _meta(run_id, config.env_id, request.model, rollouts, state, total, start_time)
+
+        progress_step = max(1, int(total * PROGRESS_STEP))
+        next_progress = done + progress_step
+
+        def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
+            nonlocal done, reward_sum, counted, consecutive_errors, next_progress
+            claimed = [output.get(adapter.ROLLOUT_COLUMN) for output in outputs]
+            records = [
+                rollout_record(
+                    output, rollout, config.env_id, slot_wait_s=output.get(adapter.SLOT_WAIT_COLUMN)
+                )
+                for output, rollout in zip(
+                    outputs, match_rollouts(claimed, state.missing(example_id)), strict=False
+                )
+            ]
+            checkpoint.append(records, config.eval.checkpoint_every)
+            state.add(records)
+            # Every rollout of it is now in the checkpoint, finished or errored (an errored one is
+            # retried afresh): none of its answers may be replayed again.
+            journal.finished(example_id)
+            done += 1
+            if done >= next_progress:
+                next_progress += progress_step
+                log.info(
+                    "%s: %d/%d examples, mean reward so far %s",
+                    request.benchmark.name,
+                    done,
+                    total,
+                    f"{reward_sum / counted:.3f}" if counted else "n/a",
+                )
+            error = state.error(example_id)
+            if error is None:
+                rewards = state.rewards(example_id)
+                reward_sum += sum(rewards) / rollouts
+                counted += 1
+                consecutive_errors = 0
+            else:
+                rewards = []
+                consecutive_errors += 1
+            if checkpoint.write_meta(meta):  # at most once a second
+                heap.release_free_memory()
+            on_example(
+                ExampleResult(
+                    example_id,
+                    rewards,
+                    error,
+                    done,
+                    total,
+                    reward_sum / counted if counted else None,
+                    False,
+                )
+            )
+
+        base_url = info.endpoint.base_url if info is not None else None
+
+        def should_stop() -> str | None:
+            if consecutive_errors >= ABORT_AFTER_CONSECUTIVE_ERRORS and counted == 0:
+                return (
+                    f"the first {consecutive_errors} examples all failed to evaluate "
+                    f"(e.g. {state.any_error()}); "
+                    f"the endpoint {base_url} looks down. Finished work is kept "
+                    f"in {run_dir}; re-run to continue."
+                )
+            return None
+
+        # Rollouts each selected row still misses, fixed before the run: one int per row, where a
+        # list of the pending rows themselves held ~1 kB per example for the whole run.
+        still_missing = array("I", (len(state.missing(i)) for i in selected_ids))
+        checkpoint.open()
+        try:
+            if any(still_missing):
+                if info is None:
+                    raise RuntimeError("examples are missing but no endpoint was given")
+                with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
+                    _run_grouped(
+                        run_dir, self.env, rows, still_missing, request, info, self.sampling,
+                        handle, should_stop, journal, state.missing,
+                    )  # fmt: skip
+        finally:
+            checkpoint.close()
+            checkpoint.write_meta(meta, force=True)
+            journal.close()
+
+        outcome = _summarise(run_dir, run_id, state, self.started)
+        outcome.resumed_examples = finished_before
+        outcome.reused_answers = journal.replayed
+        outcome.journal_problem = journal.problem
+        outcome.new_run_note = chosen.new_run_note
+        outcome.serving_note = chosen.serving_note
+        outcome.answer_hash = answer_hash
+        # A baseline is compared across models, so its key leaves out who answered.
+        outcome.baseline_hash = canonical_hash({**fields, "model": None, "endpoint": None})
+        write_results(checkpoint, run_dir / "results.jsonl", selected_ids, rollouts)
+        write_json_atomic(run_dir / "metadata.json", _metadata(request, outcome, self.sampling))
+        self._record(answer_hash, run_dir, run_id, fields, complete=not outcome.errored)
+        return outcome
+
+    def _choose(self, info: EndpointInfo | None) -> _ChosenRun:
+        """The run to continue (or a new one), its answer key, and what it has finished."""
+        request, config = self.request, self.request.benchmark.config
+        note = None
+        if info is None:
+            if self._finished is None:
+                raise RuntimeError("a run without an endpoint must be finished already")
+            prior, state = self._finished
+            skipped = (
+                "no server was started"
+                if request.server_decides_template
+                else "the endpoint was not contacted"
+            )
+            return _ChosenRun(
+                prior.run_id, prior.run_dir, prior.fields, canonical_hash(prior.fields), state,
+                serving_note=f"every selected example was finished in run {prior.run_id}: "
+                f"nothing to evaluate, {skipped}",
+            )  # fmt: skip
+        fields = self.answer_fields(info.chat_template or config.chat_template)
+        answer_hash = canonical_hash(fields)
+        found = None if request.fresh else self.index.find(answer_hash)
+        if found is None:
+            other = self.index.latest_incomplete(exclude=answer_hash)
+            if other is not None and not request.fresh:
+                changed = ", ".join(differing_fields(other.fields, fields)) or "unknown fields"
+                note = (
+                    f"an earlier incomplete run {other.run_id} exists with a different "
+                    f"configuration ({changed} differ); starting a new run"
+                )
+            run_id = new_run_id()
+            run_dir = self.benchmark_dir / run_id
+        else:
+            run_id, run_dir = found.run_id, found.run_dir
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        _link_server_logs(Path(info.server_logs) if info.server_logs else None, run_dir / "logs")
+        if found is None or not (run_dir / "run_config.json").exists():
+            run_config = _run_config(
+                request, info, run_id, run_dir, answer_hash, fields, self.slug, len(self.rows)
+            )
+            write_json_atomic(run_dir / "run_config.json", run_config)
+        state = self._state_of(run_dir)
+        self._last_read = None  # the run owns it now
+        return _ChosenRun(run_id, run_dir, fields, answer_hash, state, new_run_note=note)
+
+    def _record(
+        self, answer_hash: str, run_dir: Path, run_id: str, fields: dict[str, Any], complete: bool
+    ) -> None:
+        run = PriorRun(run_dir, run_id, fields, complete, self.request.server)
+        self.index.record(answer_hash, run, time.time())
+
+
+@dataclass
+class _ChosenRun:
+    run_id: str
+    run_dir: Path
+    fields: dict[str, Any]
+    answer_hash: str
+    state: RunState
+    new_run_note: str | None = None
+    serving_note: str | None = None
 
 
 def _link_server_logs(server_logs: Path | None, run_logs: Path) -> None:
@@ -325,6 +433,7 @@ def _run_grouped(
     rows: Iterable[dict[str, Any]],
     still_missing: Sequence[int],
     request: RunRequest,
+    info: EndpointInfo,
     sampling: dict[str, Any],
     handle: Callable[[int, list[dict[str, Any]]], None],
     should_stop: Callable[[], str | None],
@@ -333,7 +442,7 @@ def _run_grouped(
 ) -> None:
     config = request.benchmark.config
     log_route = None
-    if request.proxied:
+    if info.proxied:
         # Our proxy writes this request's line to the run's own proxy.log.
         log_route = {"X-Modal-Eval-Log": str(run_dir.resolve() / "logs" / "proxy.log")}
     # Examples missing different numbers of rollouts run as separate batches, so each
@@ -344,7 +453,7 @@ def _run_grouped(
             adapter.run_examples(
                 env,
                 batch,
-                endpoint=request.endpoint,
+                endpoint=info.endpoint,
                 sampling_args=sampling,
                 rollouts=group,
                 max_concurrent_requests=config.eval.max_concurrent,
@@ -432,6 +541,7 @@ def _finite(value: float) -> float | None:
 
 def _run_config(
     request: RunRequest,
+    info: EndpointInfo,
     run_id: str,
     run_dir: Path,
     answer_hash: str,
@@ -448,8 +558,8 @@ def _run_config(
         "benchmark_file": str(request.benchmark.path),
         "env_id": config.env_id,
         "server_profile": request.server,
-        "endpoint": request.endpoint.base_url,
-        "chat_template": request.chat_template,
+        "endpoint": info.endpoint.base_url,
+        "chat_template": info.chat_template or None,
         "sampling": config.sampling.model_dump(),
         "rollouts": config.eval.rollouts,
         "num_examples": n_selected,

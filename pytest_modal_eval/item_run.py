@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import time
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -28,7 +28,7 @@ from pytest_modal_eval.deployments import (
     endpoint_source,
 )
 from pytest_modal_eval.endpoint_check import EndpointError
-from pytest_modal_eval.evaluation import ExampleResult, RunOutcome, RunRequest, run_benchmark
+from pytest_modal_eval.evaluation import BenchmarkRun, ExampleResult, RunOutcome, RunRequest
 from pytest_modal_eval.example_reports import PassedExampleLog
 from pytest_modal_eval.gate import describe_comparison, describe_score, judge
 from pytest_modal_eval.items import BenchmarkItem, EvalProblem
@@ -36,11 +36,22 @@ from pytest_modal_eval.report import PROPERTY_PREFIX, fmt, record_properties
 from pytest_modal_eval.session import EvalSession
 from pytest_modal_eval.stats import PairedComparison, compare_paired
 
-ENDPOINT_KEY = pytest.StashKey[EndpointInfo]()
+
+@dataclass(frozen=True)
+class Prepared:
+    """What setup hands to the call."""
+
+    run: BenchmarkRun
+    endpoint: EndpointInfo | None  # None: every selected example is finished, no server started
+    stored: StoredBaseline
+
+
+PREPARED_KEY = pytest.StashKey[Prepared]()
 
 
 def prepare(session: EvalSession, item: BenchmarkItem) -> None:
-    """Runs in the item's setup (on the process running it): checks, then the endpoint."""
+    """Runs in the item's setup (on the process running it): checks, the environment, then the
+    endpoint, unless every selected example is already finished (then no server is started)."""
     settings = session.settings
     if not settings.model:
         raise EvalProblem(
@@ -51,18 +62,42 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     env_problem = adapter.missing_environment(config.env_id)
     if env_problem:
         raise EvalProblem(f"{item.path}: env_id: {env_problem}")
+    # First, while the process is small (see read_stored).
+    snapshot: Any = item.funcargs["snapshot"]
+    stored = read_stored(snapshot)
     request = ServerRequest.for_benchmark(settings, item.benchmark)
+    run_request = RunRequest(
+        benchmark=item.benchmark,
+        model=settings.model,
+        output_dir=settings.output_dir,
+        index_key=item.nodeid,
+        cache=getattr(session.config, "cache", None),
+        fresh=settings.fresh,
+        server=request.profile(),
+        endpoint_identity=request.endpoint_identity,
+        server_decides_template=request.server_decides_template,
+    )
+    try:
+        run = BenchmarkRun(run_request)
+    except adapter.EnvironmentError_ as exc:
+        raise EvalProblem(f"{item.path}: {exc}") from None
+    if run.finished_without_server() is not None:
+        item.stash[PREPARED_KEY] = Prepared(run, None, stored)
+        return
     try:
         info = endpoint_source(session.config).endpoint_for(request)
         session.checker.check(info.endpoint, timeout=info.check_timeout)
     except (EndpointError, ServerStartError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
-    item.stash[ENDPOINT_KEY] = info
+    item.stash[PREPARED_KEY] = Prepared(run, info, stored)
 
 
 def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
     """The call phase: evaluate every example (as subtests), then apply the gate."""
-    info = item.stash[ENDPOINT_KEY]
+    # Taken out of the stash: the item outlives its call, its environment and rows must not.
+    prepared = item.stash[PREPARED_KEY]
+    del item.stash[PREPARED_KEY]
+    run, stored = prepared.run, prepared.stored
     config = item.benchmark.config
     tolerate_errors = config.gate.max_error_rate > 0
     started = time.monotonic()
@@ -87,27 +122,12 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
                 pytest.skip(f"{message} (counted against gate.max_error_rate)")
             pytest.fail(message, pytrace=False)
 
-    run_request = RunRequest(
-        benchmark=item.benchmark,
-        model=session.settings.model or "",
-        endpoint=info.endpoint,
-        output_dir=session.settings.output_dir,
-        index_key=item.nodeid,
-        cache=getattr(session.config, "cache", None),
-        fresh=session.settings.fresh,
-        server=info.profile,
-        chat_template=info.chat_template or None,
-        endpoint_identity=info.identity,
-        server_logs=Path(info.server_logs) if info.server_logs else None,
-        proxied=info.proxied,
-    )
-    stored = read_stored(snapshot)  # now, while the process is small (see read_stored)
     try:
-        outcome = run_benchmark(run_request, on_example)
+        outcome = run.run(prepared.endpoint, on_example)
     except adapter.RunAborted as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
-    except adapter.EnvironmentError_ as exc:
-        raise EvalProblem(f"{item.path}: {exc}") from None
+    finally:
+        del run, prepared  # the environment and its dataset: garbage from here (see below)
     # The run's environment, event loop and connections are garbage now: hand their pages back
     # to the OS before the baseline's text is built (at 100,000 examples this lowered the peak
     # RSS of a run recording a baseline from 301 to 298 MB).
@@ -118,7 +138,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
     elapsed = time.monotonic() - started
     record_properties(item, outcome, verdict, session.settings.model or "", elapsed, comparison)
-    notes = [outcome.new_run_note, outcome.journal_problem, baseline_note]
+    notes = [outcome.serving_note, outcome.new_run_note, outcome.journal_problem, baseline_note]
     if comparison is not None and session.config.get_verbosity() > 0:
         notes += describe_comparison(comparison)
     for note in notes:

@@ -100,6 +100,46 @@ def test_one_server_per_profile(local: LocalRuns, dist: list[str]) -> None:
 
 
 @XDIST
+def test_a_finished_run_starts_no_server(local: LocalRuns, dist: list[str]) -> None:
+    """Re-running finished benchmarks reports them from their checkpoints without starting the
+    server (on Modal: a GPU deployment); a larger selection starts it and continues the run."""
+    local.project.add("alpha", n=4)
+    local.project.add("beta", n=4)
+    first_two = ("--override", "eval.num_examples=2")
+    local.run(*dist, *first_two).assert_outcomes(passed=2)
+    assert len(local.started()) == 1
+    # Other hardware is the same run and the same chat template: still nothing to do.
+    again = local.run(*dist, *first_two, "--override", "infra.gpu=A100")
+    again.assert_outcomes(passed=2)
+    assert len(local.started()) == 1
+    again.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"] * 2)
+    more = local.run(*dist)
+    more.assert_outcomes(passed=2)
+    assert len(local.started()) == 2
+    more.stdout.fnmatch_lines(["alpha: resumed: 2/4 examples from run *"])
+    runs = (local.project.pytester.path / "outputs" / "evals").glob(f"*--local--{MODEL}/*/")
+    assert len(list(runs)) == 2  # one run per benchmark, continued
+
+
+def test_a_finished_run_under_another_chat_template_starts_the_server(local: LocalRuns) -> None:
+    local.project.add("alpha", n=2)
+    local.run().assert_outcomes(passed=1)
+    # The server decides the template from the profile's chat_template: another one is another
+    # answer key, so the server is started and a new run made.
+    local.project.add("alpha", n=2, extra_yaml="chat_template: math\n")
+    local.run().assert_outcomes(passed=1)
+    assert len(local.started()) == 2
+    assert len(list(local.project.pytester.path.glob("outputs/evals/alpha--*/*/"))) == 2
+    # Without the cache provider the run directories are the index; both runs are finished.
+    for template in ("", "chat_template: math\n"):
+        local.project.add("alpha", n=2, extra_yaml=template)
+        result = local.run("-p", "no:cacheprovider")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
+    assert len(local.started()) == 2
+
+
+@XDIST
 def test_a_server_that_fails_to_start_is_not_retried(local: LocalRuns, dist: list[str]) -> None:
     broken = "vllm: {extra_args: ['--fake-exit-code', '1']}\n"  # only this profile's server
     local.project.add("alpha", n=4, extra_yaml=broken)

@@ -513,7 +513,8 @@ def test_a_run_hands_its_rollouts_to_the_proxy_in_its_process(
 ) -> None:
     """The whole plugin on the Modal backend (the deployed app reused, its URL a local OpenAI
     server that accepts only the injected key): each rollout goes through the proxy's logic
-    in this process, not over HTTP to its port, and is logged in the run's proxy.log."""
+    in this process, not over HTTP to its port, and is logged in the run's proxy.log. Run
+    again, the finished benchmark neither looks up nor deploys the app."""
     project.add("alpha", n=6)
     project.server.configure(model="org/x", require_key=PROXY_ENV["VLLM_API_KEY"])
     for var, value in PROXY_ENV.items():
@@ -530,6 +531,14 @@ def test_a_run_hands_its_rollouts_to_the_proxy_in_its_process(
         return await forward(self, *args, **kwargs)
 
     monkeypatch.setattr(ModalProxy, "forward", counted)
+    starts: list[str] = []
+    start = ModalServer.start
+
+    def counted_start(self: ModalServer) -> Any:
+        starts.append(self.app_name)
+        return start(self)
+
+    monkeypatch.setattr(ModalServer, "start", counted_start)
 
     result = project.pytester.runpytest("--model", "org/x", "--backend", "modal")
 
@@ -542,3 +551,10 @@ def test_a_run_hands_its_rollouts_to_the_proxy_in_its_process(
     lines = proxy_log.read_text().splitlines()
     assert len(lines) == 6
     assert all(" POST /v1/chat/completions status=200 hops=0 attempts=1 " in x for x in lines)
+    assert len(starts) == 1
+
+    again = project.pytester.runpytest("--model", "org/x", "--backend", "modal")
+    again.assert_outcomes(passed=1)
+    assert len(starts) == 1
+    again.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
+    assert project.server.stats()["completed_requests"] == 6

@@ -66,7 +66,7 @@ def start_server(
         ),
         profile=request.profile(),
         chat_template=dict(served.chat_template),
-        identity=None,
+        identity=request.endpoint_identity,
         check_timeout=check_timeout,
         server_logs=str(logs_dir),
         proxied=request.backend == "modal",

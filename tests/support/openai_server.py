@@ -72,6 +72,7 @@ class FakeModel:
         return None
 
     async def models(self, request: web.Request) -> web.Response:
+        self.stats["models_requests"] += 1
         if (refused := self.unauthorized(request)) is not None:
             return refused
         return web.json_response(
