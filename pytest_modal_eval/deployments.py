@@ -65,10 +65,13 @@ class ServerRequest:
         a server we start, by its profile's fields (already in the key)."""
         return self.base_url if self.backend == "endpoint" else None
 
-    @property
-    def server_decides_template(self) -> bool:
-        """A vLLM we start picks the chat template (on Modal, from the model it downloads)."""
-        return self.backend != "endpoint"
+    def applies_template(self, recorded: object) -> bool:
+        """Whether the vLLM we start for this request, started now, would apply the chat
+        template a finished run recorded (see ``chat_template.decided_now``)."""
+        from pytest_modal_eval.serving.chat_template import decided_now
+
+        extra_args = self.vllm.get("extra_args") or ()
+        return decided_now(recorded, self.model, self.chat_template, extra_args=extra_args)
 
     def profile(self) -> dict[str, Any]:
         """The server profile: the fields that decide which server answers."""

@@ -89,9 +89,11 @@ class RunRequest:
     fresh: bool = False
     server: dict[str, Any] = field(default_factory=dict)  # the server profile asked for
     # The answer key's endpoint identity (the URL of a --base-url endpoint; None for servers
-    # we start), and whether a started server decides the chat template (vLLM, not --base-url).
+    # we start).
     endpoint_identity: str | None = None
-    server_decides_template: bool = False
+    # For a server we start, which decides the chat template part of the key: whether it would
+    # apply a finished run's recorded template. None: the key is known without a server.
+    applies_template: Callable[[Any], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,23 +195,22 @@ class BenchmarkRun:
         without a server; then :meth:`run` needs no endpoint."""
         if self.request.fresh:
             return None
-        if self.request.server_decides_template:
-            fields = self.answer_fields(None)
-            candidates = self.index.complete_runs_served_alike(fields, self.request.server)
+        config = self.request.benchmark.config
+        if self.request.applies_template is None:
+            prior = self.index.find(canonical_hash(self.answer_fields(config.chat_template)))
         else:
-            fields = self.answer_fields(self.request.benchmark.config.chat_template)
-            prior = self.index.find(canonical_hash(fields))
-            candidates = [prior] if prior is not None else []
-        for prior in candidates:
-            state = self._state_of(prior.run_dir)
-            if not any(state.missing(i) for i in self.selected_ids):
-                self._finished = prior, state
-                return prior
-        return None
+            prior = self.index.newest_alike(self.answer_fields(None), self.request.applies_template)
+        if prior is None:
+            return None
+        state = self._state_of(prior.run_dir)
+        if any(state.missing(i) for i in self.selected_ids):
+            return None
+        self._finished = prior, state
+        return prior
 
     def _state_of(self, run_dir: Path) -> RunState:
-        """The run's checkpoint folded into a state; the last one read is kept, so a run that
-        turns out unfinished is not read twice (at 100,000 examples a read takes seconds)."""
+        """The run's checkpoint folded into a state; kept, so a run that turns out unfinished
+        is not read twice (at 100,000 examples a read takes seconds)."""
         if self._last_read is None or self._last_read[0] != run_dir:
             state = RunState.from_checkpoint(Checkpoint(run_dir), self.selected_ids, self.rollouts)
             self._last_read = run_dir, state
@@ -228,7 +229,8 @@ class BenchmarkRun:
         )  # fmt: skip
         state = chosen.state
         checkpoint = Checkpoint(run_dir)
-        self._record(answer_hash, run_dir, run_id, fields, complete=False)
+        if info is not None:  # a run only reported is left as it was found, "updated" included
+            self._record(answer_hash, run_dir, run_id, fields, complete=False)
 
         total = len(selected_ids)
         done = 0
@@ -352,7 +354,8 @@ class BenchmarkRun:
         outcome.baseline_hash = canonical_hash({**fields, "model": None, "endpoint": None})
         write_results(checkpoint, run_dir / "results.jsonl", selected_ids, rollouts)
         write_json_atomic(run_dir / "metadata.json", _metadata(request, outcome, self.sampling))
-        self._record(answer_hash, run_dir, run_id, fields, complete=not outcome.errored)
+        if info is not None:
+            self._record(answer_hash, run_dir, run_id, fields, complete=not outcome.errored)
         return outcome
 
     def _choose(self, info: EndpointInfo | None) -> _ChosenRun:
@@ -364,9 +367,9 @@ class BenchmarkRun:
                 raise RuntimeError("a run without an endpoint must be finished already")
             prior, state = self._finished
             skipped = (
-                "no server was started"
-                if request.server_decides_template
-                else "the endpoint was not contacted"
+                "the endpoint was not contacted"
+                if request.applies_template is None
+                else "no server was started"
             )
             return _ChosenRun(
                 prior.run_id, prior.run_dir, prior.fields, canonical_hash(prior.fields), state,
@@ -402,8 +405,7 @@ class BenchmarkRun:
     def _record(
         self, answer_hash: str, run_dir: Path, run_id: str, fields: dict[str, Any], complete: bool
     ) -> None:
-        run = PriorRun(run_dir, run_id, fields, complete, self.request.server)
-        self.index.record(answer_hash, run, time.time())
+        self.index.record(answer_hash, PriorRun(run_dir, run_id, fields, complete), time.time())
 
 
 @dataclass

@@ -75,7 +75,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
         fresh=settings.fresh,
         server=request.profile(),
         endpoint_identity=request.endpoint_identity,
-        server_decides_template=request.server_decides_template,
+        applies_template=None if request.backend == "endpoint" else request.applies_template,
     )
     try:
         run = BenchmarkRun(run_request)
@@ -90,6 +90,12 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     except (EndpointError, ServerStartError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     item.stash[PREPARED_KEY] = Prepared(run, info, stored)
+
+
+def release(item: BenchmarkItem) -> None:
+    """Drop what setup prepared (the environment, its rows, the run state), if still held."""
+    if PREPARED_KEY in item.stash:
+        del item.stash[PREPARED_KEY]
 
 
 def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:

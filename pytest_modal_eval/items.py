@@ -99,6 +99,11 @@ class BenchmarkItem(pytest.Function):
         # Errors here are *errors* (not skips): a gate must never go green by not running.
         self.session_plugin.prepare(self)
 
+    def teardown(self) -> None:
+        # What setup prepared for a call that never came (--setup-only, a failure in another
+        # fixture) is not kept for the rest of the session.
+        self.session_plugin.release(self)
+
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, f"benchmark {self.benchmark.name} ({self.benchmark.config.env_id})"
 

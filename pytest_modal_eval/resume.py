@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,14 +92,6 @@ class PriorRun:
     run_id: str
     fields: dict[str, Any]
     complete: bool
-    server: dict[str, Any] | None = None  # the server profile asked for (runs before: None)
-
-
-def _template_decider(server: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What decides the chat template a started server applies: its profile but the hardware."""
-    if server is None:
-        return None
-    return {key: value for key, value in server.items() if key != "infra"}
 
 
 class RunIndex:
@@ -132,7 +124,6 @@ class RunIndex:
                 "fields": run_config.get("answer_fields", {}),
                 "complete": (config_path.parent / "metadata.json").exists(),
                 "updated": config_path.stat().st_mtime,
-                "server": run_config.get("server_profile"),
             }
         return found
 
@@ -140,29 +131,30 @@ class RunIndex:
         entry = self._entries().get(answer_hash)
         if entry is None or not Path(entry["run_dir"]).is_dir():
             return None
-        return _prior(entry)
+        return PriorRun(Path(entry["run_dir"]), entry["run_id"], entry["fields"], entry["complete"])
 
-    def complete_runs_served_alike(
-        self, fields: dict[str, Any], server: dict[str, Any]
-    ) -> list[PriorRun]:
-        """Complete runs, newest first, whose answer fields equal ``fields`` but for the chat
-        template, and whose server profile differed at most in hardware.
+    def newest_alike(
+        self, fields: dict[str, Any], same_template: Callable[[Any], bool]
+    ) -> PriorRun | None:
+        """The newest run whose answer fields equal ``fields`` but for the chat template, and
+        whose recorded template passes ``same_template``.
 
-        The chat template is the one thing in the key that a started server decides (vLLM
-        on Modal reads it from the model). The same profile decides the same template, so
-        such a run is the one a server started now would continue, found without starting it.
+        The chat template is the one part of the key that a started server decides (vLLM on
+        Modal reads it from the model it downloads), so this finds, without a server, the run
+        a server started now would continue. Only the newest such run counts: an older one
+        may have been made under a template since replaced.
         """
-        decider = _template_decider(server)
         found = [
             entry
             for entry in self._entries().values()
-            if entry.get("complete")
-            and _template_decider(entry.get("server")) == decider
-            and _without_template(entry.get("fields", {})) == _without_template(fields)
+            if _without_template(entry.get("fields", {})) == _without_template(fields)
+            and same_template(entry.get("fields", {}).get("chat_template"))
             and Path(entry["run_dir"]).is_dir()
         ]
-        found.sort(key=lambda entry: entry.get("updated", 0), reverse=True)
-        return [_prior(entry) for entry in found]
+        if not found:
+            return None
+        entry = max(found, key=lambda entry: entry.get("updated", 0))
+        return PriorRun(Path(entry["run_dir"]), entry["run_id"], entry["fields"], entry["complete"])
 
     def latest_incomplete(self, exclude: str) -> PriorRun | None:
         candidates = [
@@ -185,19 +177,8 @@ class RunIndex:
             "fields": run.fields,
             "complete": run.complete,
             "updated": updated,
-            "server": run.server,
         }
         self.cache.set(self.key, {"runs": entries})
-
-
-def _prior(entry: dict[str, Any]) -> PriorRun:
-    return PriorRun(
-        Path(entry["run_dir"]),
-        entry["run_id"],
-        entry["fields"],
-        entry["complete"],
-        entry.get("server"),
-    )
 
 
 def _without_template(fields: dict[str, Any]) -> dict[str, Any]:

@@ -31,3 +31,9 @@ class EvalSession:
         from pytest_modal_eval import item_run
 
         item_run.evaluate(self, item, subtests, snapshot)
+
+    def release(self, item: BenchmarkItem) -> None:
+        """The item's teardown: drops what setup prepared, if the call did not take it."""
+        from pytest_modal_eval import item_run
+
+        item_run.release(item)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -230,6 +231,91 @@ def test_hub_id_from_a_cached_snapshot(tmp_path: Path, monkeypatch: pytest.Monke
         "source": "model:tokenizer_config.json",
         "sha256": ct.sha256_text("CACHED"),
     }
+
+
+# -- would a server started now apply a finished run's template? (no server, no network) ----
+
+
+def test_decided_now_is_exact_for_a_local_model_directory(tmp_path: Path) -> None:
+    model = write_model(tmp_path / "m", jinja="OWN")
+    recorded = ct.resolve_for_model(str(model), ct.load_fallback("math")).provenance
+    assert ct.decided_now(recorded, str(model), "math")
+    (model / "chat_template.jinja").write_text("OWN, edited")
+    assert not ct.decided_now(recorded, str(model), "math")
+
+
+def test_decided_now_sees_a_model_directory_gain_a_template(tmp_path: Path) -> None:
+    model = write_model(tmp_path / "m")
+    recorded = ct.resolve_for_model(str(model), ct.load_fallback("base")).provenance
+    assert recorded["source"] == "fallback:base.jinja"
+    assert ct.decided_now(recorded, str(model), "base")
+    assert not ct.decided_now(recorded, str(model), "math")  # another fallback
+    (model / "chat_template.jinja").write_text("NEW")
+    assert not ct.decided_now(recorded, str(model), "base")
+
+
+def test_decided_now_reads_a_user_fallback_file_again(tmp_path: Path) -> None:
+    model = write_model(tmp_path / "m")
+    template = tmp_path / "mine.jinja"
+    template.write_text("{{ messages }}")
+    recorded = ct.resolve_for_model(str(model), ct.load_fallback(str(template))).provenance
+    assert ct.decided_now(recorded, str(model), str(template))
+    template.write_text("{{ messages }} fixed")
+    assert not ct.decided_now(recorded, str(model), str(template))
+    template.unlink()
+    assert not ct.decided_now(recorded, str(model), str(template))  # the start will say why
+
+
+def test_decided_now_with_an_explicit_template_in_extra_args(tmp_path: Path) -> None:
+    explicit = ("--chat-template", "/t.jinja")
+    recorded = ct.resolve_chat_template(None, None, extra_args=explicit).provenance
+    assert ct.decided_now(recorded, "org/uncached", None, extra_args=explicit)
+    assert not ct.decided_now(recorded, "org/uncached", None)
+
+
+def test_decided_now_for_a_hub_model_not_in_the_local_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Modal the container decides from files this machine may not have: the model's own
+    template is taken as unchanged, a fallback is checked, anything else is not reused."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    calls: list[dict[str, object]] = []
+    download = huggingface_hub.snapshot_download
+
+    def recorded_download(repo_id: str, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return download(repo_id, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", recorded_download)
+    own = {"source": "model:tokenizer_config.json", "sha256": "ab" * 32}
+    assert ct.decided_now(own, "org/x", "math")
+    math = ct.resolve_chat_template(tmp_path, ct.load_fallback("math")).provenance
+    assert ct.decided_now(math, "org/x", "math")
+    assert not ct.decided_now(math, "org/x", "base")
+    assert not ct.decided_now({**math, "sha256": "00" * 32}, "org/x", "math")
+    unknown = ct.resolve_chat_template(None, None).provenance
+    assert not ct.decided_now(unknown, "org/x", "math")
+    assert not ct.decided_now("math", "org/x", "math")  # not a recorded decision
+    assert calls and all(call.get("local_files_only") is True for call in calls)
+
+
+def test_decided_now_is_exact_for_a_cached_hub_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    repo = tmp_path / "models--org--cached"
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    write_model(repo / "snapshots" / commit, config_template="CACHED")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    cached = {"source": "model:tokenizer_config.json", "sha256": ct.sha256_text("CACHED")}
+    assert ct.decided_now(cached, "org/cached", None)
+    assert not ct.decided_now({**cached, "sha256": ct.sha256_text("OLD")}, "org/cached", None)
 
 
 def test_log_line_round_trip() -> None:

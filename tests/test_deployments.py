@@ -121,22 +121,43 @@ def test_a_finished_run_starts_no_server(local: LocalRuns, dist: list[str]) -> N
     assert len(list(runs)) == 2  # one run per benchmark, continued
 
 
-def test_a_finished_run_under_another_chat_template_starts_the_server(local: LocalRuns) -> None:
-    local.project.add("alpha", n=2)
-    local.run().assert_outcomes(passed=1)
-    # The server decides the template from the profile's chat_template: another one is another
-    # answer key, so the server is started and a new run made.
-    local.project.add("alpha", n=2, extra_yaml="chat_template: math\n")
-    local.run().assert_outcomes(passed=1)
-    assert len(local.started()) == 2
-    assert len(list(local.project.pytester.path.glob("outputs/evals/alpha--*/*/"))) == 2
-    # Without the cache provider the run directories are the index; both runs are finished.
-    for template in ("", "chat_template: math\n"):
-        local.project.add("alpha", n=2, extra_yaml=template)
-        result = local.run("-p", "no:cacheprovider")
+def test_a_finished_run_whose_chat_template_changed_starts_the_server(local: LocalRuns) -> None:
+    """The template vLLM would apply is part of the answer key: another fallback, an edited
+    template file, or a template added to the model directory each make a new run, for which
+    the server is started; what is unchanged is reported without one."""
+    project = local.project
+    runs_made: list[str] = []
+
+    def run_and_note_new_run(*args: str) -> pytest.RunResult:
+        before = {p.name for p in project.pytester.path.glob("outputs/evals/alpha--*/*/")}
+        result = local.run(*args)
         result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
-    assert len(local.started()) == 2
+        after = {p.name for p in project.pytester.path.glob("outputs/evals/alpha--*/*/")}
+        runs_made.extend(sorted(after - before))
+        return result
+
+    template = project.pytester.path / "evals" / "mine.jinja"
+    template.write_text("{{ messages }}")
+    project.add("alpha", n=2, extra_yaml="chat_template: mine.jinja\n")
+    run_and_note_new_run()
+    project.add("alpha", n=2, extra_yaml="chat_template: math\n")
+    run_and_note_new_run()
+    assert (len(local.started()), len(runs_made)) == (2, 2)
+    template.write_text("{{ messages }} fixed")
+    project.add("alpha", n=2, extra_yaml="chat_template: mine.jinja\n")
+    run_and_note_new_run()
+    assert (len(local.started()), len(runs_made)) == (3, 3)
+    (project.pytester.path / MODEL / "chat_template.jinja").write_text("{{ own }}")
+    run_and_note_new_run()
+    assert (len(local.started()), len(runs_made)) == (4, 4)
+    # Unchanged now: reported from its run without a server, also when the run directories
+    # are the index (no cache provider).
+    for extra in ([], ["-p", "no:cacheprovider"]):
+        result = run_and_note_new_run(*extra)
+        result.stdout.fnmatch_lines(
+            [f"*finished in run {runs_made[3]}: nothing to evaluate, no server was started*"]
+        )
+    assert (len(local.started()), len(runs_made)) == (4, 4)
 
 
 @XDIST

@@ -107,7 +107,7 @@ def resolve_chat_template(
     ``model_dir`` None means the files could not be fetched: the server will use whatever the
     model has, and the provenance says it is unknown rather than guess.
     """
-    if any(arg == "--chat-template" or arg.startswith("--chat-template=") for arg in extra_args):
+    if _explicit_template(extra_args):
         # vllm.extra_args come last on the command line, so the user's explicit choice wins.
         return TemplateChoice(None, {"source": "extra_args:--chat-template", "sha256": ""})
     if model_dir is None:
@@ -117,20 +117,25 @@ def resolve_chat_template(
         source, text = own
         return TemplateChoice(None, {"source": source, "sha256": sha256_text(text)})
     if fallback is not None:
-        return TemplateChoice(
-            fallback.text,
-            {"source": f"fallback:{fallback.label}", "sha256": sha256_text(fallback.text)},
-        )
+        return TemplateChoice(fallback.text, _fallback_provenance(fallback))
     # Chat requests will fail in vLLM; recorded so the report can say why.
     return TemplateChoice(None, {"source": "none", "sha256": ""})
 
 
-def template_files_dir(model: str) -> Path | None:
+def _explicit_template(extra_args: Sequence[str]) -> bool:
+    return any(arg == "--chat-template" or arg.startswith("--chat-template=") for arg in extra_args)
+
+
+def _fallback_provenance(fallback: FallbackTemplate) -> dict[str, str]:
+    return {"source": f"fallback:{fallback.label}", "sha256": sha256_text(fallback.text)}
+
+
+def template_files_dir(model: str, *, cached_only: bool = False) -> Path | None:
     """A directory holding the model's template files, or None when they cannot be fetched.
 
     A local directory is used as is. For a Hub id only the template files are downloaded (into
     the same HF cache vLLM then uses); HF_HUB_OFFLINE and HF_TOKEN are honoured by the hub
-    library itself.
+    library itself. ``cached_only``: what the local HF cache has, without the network.
     """
     path = Path(model)
     if path.is_dir():
@@ -138,9 +143,41 @@ def template_files_dir(model: str) -> Path | None:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(model, allow_patterns=list(MODEL_TEMPLATE_FILES)))
+        return Path(
+            snapshot_download(
+                model, allow_patterns=list(MODEL_TEMPLATE_FILES), local_files_only=cached_only
+            )
+        )
     except Exception:  # any hub failure (offline, gated, missing) means "cannot know"
         return None
+
+
+def decided_now(
+    recorded: object, model: str, spec: str | None, *, extra_args: Sequence[str] = ()
+) -> bool:
+    """Whether a server started now for ``model`` would record the template provenance
+    ``recorded`` (a finished run's), judged here without a server and without the network.
+
+    Exact when the decision can be made here: an explicit ``--chat-template`` in
+    ``extra_args``, a local model directory, or a Hub model whose template files are in the
+    local HF cache. Otherwise (a Hub model on Modal) a recorded fallback must be the same
+    text as the benchmark's fallback now; the model's own template cannot be checked, any
+    more than its weights, and is taken to be unchanged.
+    """
+    if not isinstance(recorded, dict):
+        return False
+    try:
+        fallback = load_fallback(spec)
+    except ServingError:
+        return False  # starting the server reports the problem
+    local = Path(model).expanduser()
+    files = template_files_dir(str(local) if local.is_dir() else model, cached_only=True)
+    if files is not None or _explicit_template(extra_args):
+        return recorded == resolve_chat_template(files, fallback, extra_args=extra_args).provenance
+    source = str(recorded.get("source", ""))
+    if source.startswith("model:"):
+        return True
+    return fallback is not None and recorded == _fallback_provenance(fallback)
 
 
 def resolve_for_model(
