@@ -70,8 +70,13 @@ class ServerRequest:
         template a finished run recorded (see ``chat_template.decided_now``)."""
         from pytest_modal_eval.serving.chat_template import decided_now
 
-        extra_args = self.vllm.get("extra_args") or ()
-        return decided_now(recorded, self.model, self.chat_template, extra_args=extra_args)
+        return decided_now(
+            recorded,
+            self.model,
+            self.chat_template,
+            extra_args=self.vllm.get("extra_args") or (),
+            served_from_here=self.backend == "local",
+        )
 
     def profile(self) -> dict[str, Any]:
         """The server profile: the fields that decide which server answers."""

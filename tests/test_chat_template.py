@@ -318,6 +318,29 @@ def test_decided_now_is_exact_for_a_cached_hub_model(
     assert not ct.decided_now({**cached, "sha256": ct.sha256_text("OLD")}, "org/cached", None)
 
 
+def test_decided_now_for_modal_ignores_what_this_machine_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Modal container fetches the model from the Hub: a directory or a cached snapshot
+    here may differ from it, so only the loose rules apply."""
+    from huggingface_hub import constants
+
+    model = write_model(tmp_path / "org" / "x", jinja="A FINE-TUNE'S OWN")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    here = ct.resolve_for_model(str(model), None).provenance
+    upstream = {"source": "model:tokenizer_config.json", "sha256": "cd" * 32}
+    assert ct.decided_now(here, "org/x", None)
+    assert not ct.decided_now(upstream, "org/x", None)
+    # Modal: the directory is not what the container serves; the newest run's own template
+    # (whatever its text) is taken, as for any Hub model not on this machine.
+    assert ct.decided_now(upstream, "org/x", None, served_from_here=False)
+    math = ct.resolve_chat_template(tmp_path / "empty-cache", ct.load_fallback("math"))
+    assert math.provenance["source"] == "fallback:math.jinja"
+    assert ct.decided_now(math.provenance, "org/x", "math", served_from_here=False)
+    assert not ct.decided_now(math.provenance, "org/x", "base", served_from_here=False)
+
+
 def test_log_line_round_trip() -> None:
     provenance = {"source": "fallback:math.jinja", "sha256": "ab" * 32}
     logs = "\n".join(

@@ -153,16 +153,22 @@ def template_files_dir(model: str, *, cached_only: bool = False) -> Path | None:
 
 
 def decided_now(
-    recorded: object, model: str, spec: str | None, *, extra_args: Sequence[str] = ()
+    recorded: object,
+    model: str,
+    spec: str | None,
+    *,
+    extra_args: Sequence[str] = (),
+    served_from_here: bool = True,
 ) -> bool:
     """Whether a server started now for ``model`` would record the template provenance
     ``recorded`` (a finished run's), judged here without a server and without the network.
 
     Exact when the decision can be made here: an explicit ``--chat-template`` in
-    ``extra_args``, a local model directory, or a Hub model whose template files are in the
-    local HF cache. Otherwise (a Hub model on Modal) a recorded fallback must be the same
-    text as the benchmark's fallback now; the model's own template cannot be checked, any
-    more than its weights, and is taken to be unchanged.
+    ``extra_args``; for a server on this machine (``served_from_here``), a local model
+    directory or a Hub model whose template files are in the local HF cache, which that
+    server reads. Otherwise (the Modal container fetches the model itself) a recorded
+    fallback must be the same text as the benchmark's fallback now; the model's own template
+    cannot be checked, any more than its weights, and is taken to be unchanged.
     """
     if not isinstance(recorded, dict):
         return False
@@ -170,8 +176,10 @@ def decided_now(
         fallback = load_fallback(spec)
     except ServingError:
         return False  # starting the server reports the problem
-    local = Path(model).expanduser()
-    files = template_files_dir(str(local) if local.is_dir() else model, cached_only=True)
+    files = None
+    if served_from_here:
+        local = Path(model).expanduser()
+        files = template_files_dir(str(local) if local.is_dir() else model, cached_only=True)
     if files is not None or _explicit_template(extra_args):
         return recorded == resolve_chat_template(files, fallback, extra_args=extra_args).provenance
     source = str(recorded.get("source", ""))
