@@ -173,7 +173,7 @@ class BenchmarkRun:
         self.index = RunIndex(
             request.cache, f"{request.benchmark.name}-{item_key}", self.benchmark_dir
         )
-        self._finished: tuple[PriorRun, RunState] | None = None
+        self._finished: PriorRun | None = None  # its state is the one _state_of kept
         self._last_read: tuple[Path, RunState] | None = None
 
     def answer_fields(self, chat_template: dict[str, str] | str | None) -> dict[str, Any]:
@@ -205,7 +205,7 @@ class BenchmarkRun:
         state = self._state_of(prior.run_dir)
         if any(state.missing(i) for i in self.selected_ids):
             return None
-        self._finished = prior, state
+        self._finished = prior
         return prior
 
     def _state_of(self, run_dir: Path) -> RunState:
@@ -365,7 +365,8 @@ class BenchmarkRun:
         if info is None:
             if self._finished is None:
                 raise RuntimeError("a run without an endpoint must be finished already")
-            prior, state = self._finished
+            prior = self._finished
+            state = self._state_of(prior.run_dir)
             skipped = (
                 "the endpoint was not contacted"
                 if request.applies_template is None

@@ -144,10 +144,11 @@ class RunIndex:
         a server started now would continue. Only the newest such run counts: an older one
         may have been made under a template since replaced.
         """
+        wanted = _without_template(fields)
         found = [
             entry
             for entry in self._entries().values()
-            if _without_template(entry.get("fields", {})) == _without_template(fields)
+            if _without_template(entry.get("fields", {})) == wanted
             and same_template(entry.get("fields", {}).get("chat_template"))
             and Path(entry["run_dir"]).is_dir()
         ]
