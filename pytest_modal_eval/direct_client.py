@@ -47,6 +47,7 @@ from pytest_modal_eval.answer_journal import (
     request_key,
 )
 from pytest_modal_eval.http_proxy import ProxyOptions, aiohttp_options
+from pytest_modal_eval.send_order import SendsFirst, trace_config
 
 if TYPE_CHECKING:
     from pytest_modal_eval.proxy import ModalProxy
@@ -87,6 +88,7 @@ class DirectOpenAI:
         with a ``journal``, answers are recorded as they arrive and replayed after a resume."""
         self._sdk = sdk
         self._in_flight = asyncio.Semaphore(max_in_flight or max_connections)
+        self._order = SendsFirst()
         self._journal = journal
         self._http = http  # the httpx flavour the SDK is built on (for its Request/Response)
         self._base = str(sdk.base_url).rstrip("/") + "/"
@@ -167,7 +169,11 @@ class DirectOpenAI:
                 async with self._in_flight:
                     if (waits := slot_waits.get()) is not None:
                         waits.append(time.monotonic() - queued)
-                    status, raw_headers, content = await self._exchange(session, url, headers, data)
+                    with self._order.sending():
+                        exchange = self._exchange(session, url, headers, data)
+                        status, raw_headers, content = await exchange
+                # The requests waiting for the slot this answer freed go out first.
+                await self._order.answered()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if retries_taken < self._max_retries:
                     await asyncio.sleep(retry_delay(retries_taken, None))
@@ -211,7 +217,9 @@ class DirectOpenAI:
         # Opened on first use, inside the event loop that runs the requests. The body is kept
         # as sent: the httpx Response it becomes decodes Content-Encoding, as the SDK's does.
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._max_connections), auto_decompress=False
+            connector=aiohttp.TCPConnector(limit=self._max_connections),
+            auto_decompress=False,
+            trace_configs=[trace_config()],
         )
         return self._session
 

@@ -15,6 +15,7 @@ import email.utils
 import json
 import random
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -516,3 +517,83 @@ def test_requests_in_flight_are_capped_however_many_callers_wait() -> None:
 
     peak, sent = asyncio.run(scenario())
     assert (peak, sent) == (3, 12)
+
+
+class BatchServer:
+    """Holds the first ``batch`` requests until all have arrived, then answers them together
+    (as vLLM finishes one batch's requests in the same step); later requests are answered at
+    once. Runs in a thread with its own event loop and notes when each request arrived."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+        self.arrived: list[float] = []
+        self.url = ""
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+
+    def __enter__(self) -> BatchServer:
+        self._thread.start()
+        assert self._ready.wait(10), "the batch server did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    async def _serve(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        full = asyncio.Event()
+
+        async def handle(request: web.Request) -> web.Response:
+            await request.read()
+            self.arrived.append(time.monotonic())
+            if len(self.arrived) == self.batch:
+                full.set()
+            if len(self.arrived) <= self.batch:
+                await full.wait()
+            return web.json_response(COMPLETION)
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        runner = web.AppRunner(app, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+
+def test_waiting_requests_go_out_before_answers_are_processed() -> None:
+    """A batch of answers frees its slots together: the requests waiting for those slots go
+    out before the callers' processing of the answers, not after it (see
+    pytest_modal_eval.send_order)."""
+    slots, processing_s = 4, 0.2
+    processed: list[float] = []
+
+    async def caller(client: DirectOpenAI) -> None:
+        await client.post(PATH, body=BODY, cast_to=httpx.Response)
+        time.sleep(processing_s)  # parsing, scoring, recording: CPU work that blocks the loop
+        processed.append(time.monotonic())
+
+    async def scenario(url: str) -> None:
+        client = direct(sdk_client(url, max_retries=0), max_in_flight=slots)
+        try:
+            await asyncio.gather(*(caller(client) for _ in range(2 * slots)))
+        finally:
+            await client.close()
+
+    with BatchServer(slots) as server:
+        asyncio.run(scenario(server.url))
+    assert len(server.arrived) == 2 * slots
+    # The first answer may be processed before the others have reached the client (the
+    # server writes them one after another), but no request waited for the processing of more
+    # than one answer: all went out before the second answer's processing was over. Without
+    # the ordering the last went out after all four (0.8 s), with only the body-write wait
+    # after three.
+    assert max(server.arrived) < sorted(processed)[1], (server.arrived, processed)
