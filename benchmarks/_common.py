@@ -177,19 +177,46 @@ def vllm_python() -> str:
 
 
 @contextlib.contextmanager
+def server_cpus(isolate: bool, server: str) -> Iterator[None]:
+    """With ``isolate``, what is started inside runs on the first half of this process's CPUs;
+    afterwards this process, and what it starts (clients, pytest), on the other half."""
+    if not isolate:
+        yield
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--isolate needs at least 2 CPUs")
+    server_part, client_part = cpus[: len(cpus) // 2], cpus[len(cpus) // 2 :]
+    os.sched_setaffinity(0, server_part)  # inherited by the server and its workers
+    log(f"{server} on CPUs {server_part}, clients on CPUs {client_part}")
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, client_part)
+
+
+@contextlib.contextmanager
+def batching_server(
+    answers: Path, *, isolate: bool = False, step_s: float, steps: int
+) -> Iterator[str]:
+    """``tests/support/openai_server.py`` answering as a continuously batching server does
+    (requests joining at one step are answered together ``steps`` steps later): a stand-in
+    for vLLM whose pace does not drift, so only the clients differ between contenders."""
+    settings = json.dumps({"batch_step": step_s, "batch_steps": steps})
+    with contextlib.ExitStack() as stack:
+        with server_cpus(isolate, "the batching server"):
+            server = fake_server("--answers", str(answers), "--settings", settings)
+            url = stack.enter_context(server)
+        yield url
+
+
+@contextlib.contextmanager
 def vllm_server(logs_dir: Path, *, isolate: bool = False) -> Iterator[str]:
     """Real vLLM (CPU build) serving models/tiny-arith, started the way the plugin starts it.
 
     With ``isolate``, vLLM gets the first half of this process's CPUs and everything started
     afterwards (clients, pytest) the other half, as when the server has its own machine.
     """
-    cpus = sorted(os.sched_getaffinity(0))
-    if isolate and len(cpus) < 2:
-        raise SystemExit("--isolate needs at least 2 CPUs")
-    server_cpus, client_cpus = cpus[: len(cpus) // 2], cpus[len(cpus) // 2 :]
-    if isolate:
-        os.sched_setaffinity(0, server_cpus)  # inherited by vLLM and its workers
-        log(f"vLLM on CPUs {server_cpus}, clients on CPUs {client_cpus}")
     from pytest_modal_eval.config import InfraConfig, VllmConfig
     from pytest_modal_eval.serving.local_vllm import LocalVllmServer
     from pytest_modal_eval.serving.types import ServerProfile
@@ -205,11 +232,8 @@ def vllm_server(logs_dir: Path, *, isolate: bool = False) -> Iterator[str]:
     )
     log(f"starting vLLM (log: {server.log_path}); about a minute")
     started = time.monotonic()
-    try:
+    with server_cpus(isolate, "vLLM"):
         endpoint = server.start()
-    finally:
-        if isolate:
-            os.sched_setaffinity(0, client_cpus)
     log(f"vLLM is up after {time.monotonic() - started:.0f} s")
     try:
         yield endpoint.base_url.removesuffix("/v1")

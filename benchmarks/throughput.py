@@ -22,6 +22,14 @@ demo's system prompt and sampling (temperature 0, 16 tokens), 64 requests in fli
 Targets: plugin and plugin-via-proxy >= 0.95x the raw client's requests/s; the plugin's wall
 time <= 1.0x vf-eval's.
 
+vLLM's pace on a shared machine drifts between runs (the raw client's rounds span +-20 %), so
+a few percent of harness cost hides in the noise. ``--server batching`` puts a stand-in in
+vLLM's place whose pace does not drift: ``tests/support/openai_server.py`` answering as a
+continuously batching server does (a request joins the batch at the next step and is answered
+``--batch-steps`` steps of ``--batch-step-ms`` later, together with every request that joined
+with it; the defaults match tiny-arith's pace on vLLM here, ~200 ms at 64 in flight). Against
+it the contenders differ only in how soon each sends its next request.
+
 Run: ``.venv/bin/python -m benchmarks.throughput`` (needs vLLM: ``bash scripts/setup.sh`` or
 ``MODAL_EVAL_VLLM_PYTHON``). About 5 minutes (6 with ``--before``).
 """
@@ -35,6 +43,7 @@ from pathlib import Path
 
 from benchmarks._common import (
     Run,
+    batching_server,
     chat_bodies,
     cpu_load,
     demo_rows,
@@ -70,6 +79,14 @@ def main() -> int:
         help="vLLM on half of the CPUs, clients on the other half (default: shared)",
     )
     parser.add_argument(
+        "--server",
+        choices=["vllm", "batching"],
+        default="vllm",
+        help="real vLLM (default), or a batching stand-in whose pace does not drift",
+    )
+    parser.add_argument("--batch-step-ms", type=float, default=12.0, help="with --server batching")
+    parser.add_argument("--batch-steps", type=int, default=17, help="with --server batching")
+    parser.add_argument(
         "--control-load",
         type=float,
         default=0.2,
@@ -77,8 +94,9 @@ def main() -> int:
         help="CPU share of one core used beside the control's raw client (default: 0.2)",
     )
     args = parser.parse_args()
-    where = "vLLM and clients on separate CPUs" if args.isolate else "vLLM and clients share CPUs"
-    header(f"throughput: plugin vs raw client vs vf-eval, same vLLM, 64 in flight ({where})")
+    server = "vLLM" if args.server == "vllm" else "stand-in"
+    where = f"{server} and clients on {'separate' if args.isolate else 'shared'} CPUs"
+    header(f"throughput: plugin vs raw client vs vf-eval, same {server}, 64 in flight ({where})")
 
     control = f"control: raw client + another process using {args.control_load:.0%} of a CPU"
     names = [
@@ -87,8 +105,8 @@ def main() -> int:
         "verifiers layer, verifiers' httpx client (before)",
         "verifiers layer, openai SDK on aiohttp (before)",
         "verifiers layer, DirectOpenAI (adapter)",
-        "plugin -> vLLM",
-        "plugin -> proxy -> vLLM",
+        f"plugin -> {server}",
+        f"plugin -> proxy -> {server}",
     ]
     runs: dict[str, list[Run]] = {name: [] for name in names}
     plugin, via_proxy = names[-2], names[-1]
@@ -100,7 +118,13 @@ def main() -> int:
         rows = [demo_rows()[i % 200] for i in range(args.examples)]
         bodies = chat_bodies(rows)
         project = make_project(root / "project", data, max_concurrent=CONCURRENCY)
-        with vllm_server(root / "vllm-logs", isolate=args.isolate) as url:
+        if args.server == "vllm":
+            serving = vllm_server(root / "vllm-logs", isolate=args.isolate)
+        else:
+            serving = batching_server(
+                data, isolate=args.isolate, step_s=args.batch_step_ms / 1000, steps=args.batch_steps
+            )
+        with serving as url:
             raw_client(url, bodies[:256], CONCURRENCY)  # warm-up: caches, allocator, code paths
 
             def controlled() -> Run:
@@ -131,6 +155,8 @@ def main() -> int:
                 vf_wall.append(run_vf_eval(url, data, args.examples, CONCURRENCY, root).wall_s)
 
     base = median([r.rps for r in runs[names[0]]])
+    if args.server == "batching":
+        print(f"server: batching stand-in, {args.batch_steps} steps of {args.batch_step_ms:g} ms")
     print(f"{args.examples} chat requests per run, {CONCURRENCY} in flight, {args.repeats} rounds;")
     print("requests/s between the first and the last completion, median of the rounds; client CPU")
     print("is the client process's CPU time per request (all threads), median.\n")

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import re
 import signal
 import time
@@ -37,6 +38,11 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "fail_rate": 0.0,
     "fail_status": 500,
     "delay": 0.0,
+    # A continuously batching server (vLLM): a request joins the batch at the next step of
+    # batch_step seconds and is answered batch_steps steps later, with every request that
+    # joined with it. 0: answered at once.
+    "batch_step": 0.0,
+    "batch_steps": 0,
     "hold_repeats": 0.0,  # seconds to hold a question asked before (a second rollout, ...)
     "fail_repeats": False,  # answer 500 to a question asked before
     "right_when_seed_even": False,  # right answer exactly when the request's seed is even
@@ -104,6 +110,8 @@ class FakeModel:
         try:
             if self.settings["delay"]:
                 await asyncio.sleep(float(self.settings["delay"]))
+            if self.settings["batch_step"]:
+                await _in_batches(float(self.settings["batch_step"]), self.settings["batch_steps"])
             if self.settings["hold_repeats"] and self.by_question[question] > 1:
                 await _hold(request, float(self.settings["hold_repeats"]))
             repeat_fails = self.settings["fail_repeats"] and self.by_question[question] > 1
@@ -160,6 +168,14 @@ class FakeModel:
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+
+async def _in_batches(step: float, steps: int) -> None:
+    """Wait as a request in a batching server: requests joining at the same step boundary have
+    the same deadline, so their timers fire, and their answers are written, together."""
+    now = asyncio.get_running_loop().time()
+    joins = math.ceil(now / step) * step
+    await asyncio.sleep(joins + int(steps) * step - now)
 
 
 async def _hold(request: web.Request, seconds: float) -> None:
