@@ -188,11 +188,45 @@ def test_unreachable_model_files_are_unknown_not_guessed() -> None:
 
 def test_explicit_chat_template_in_extra_args_wins(tmp_path: Path) -> None:
     model = write_model(tmp_path)
-    for extra in (["--chat-template", "/x.jinja"], ["--chat-template=/x.jinja"]):
+    template = tmp_path / "mine.jinja"
+    template.write_text("{{ messages }}", encoding="utf-8")
+    spellings = (
+        ["--chat-template", str(template)],
+        [f"--chat-template={template}"],
+        ["--chat_template", str(template)],  # vLLM's parser takes underscores too
+        [
+            "--chat-template",
+            "/elsewhere.jinja",
+            "--max-num-seqs",
+            "8",
+            f"--chat-template={template}",
+        ],
+    )
+    for extra in spellings:
         choice = ct.resolve_chat_template(model, ct.load_fallback("base"), extra_args=extra)
         assert choice == ct.TemplateChoice(
-            None, {"source": "extra_args:--chat-template", "sha256": ""}
-        )
+            None,
+            {"source": "extra_args:--chat-template", "sha256": ct.sha256_text("{{ messages }}")},
+        ), extra
+
+
+def test_editing_an_explicit_template_file_changes_its_provenance(tmp_path: Path) -> None:
+    """The file's text is hashed, not its path: a run with the edited template is a new run,
+    not the continuation (or the finished reuse) of one made with the old text."""
+    template = tmp_path / "mine.jinja"
+    template.write_text("{{ messages }}", encoding="utf-8")
+    extra = ("--chat-template", str(template))
+    before = ct.resolve_chat_template(None, None, extra_args=extra).provenance
+    assert ct.decided_now(before, "org/uncached", None, extra_args=extra)
+    template.write_text("{{ messages }}!", encoding="utf-8")
+    assert ct.resolve_chat_template(None, None, extra_args=extra).provenance != before
+    assert not ct.decided_now(before, "org/uncached", None, extra_args=extra)
+
+
+def test_an_inline_or_remote_explicit_template_is_hashed_as_given() -> None:
+    for value in ("{% for m in messages %}{{ m.content }}{% endfor %}", "/not/here.jinja"):
+        choice = ct.resolve_chat_template(None, None, extra_args=("--chat-template", value))
+        assert choice.provenance["sha256"] == ct.sha256_text(value)
 
 
 def test_resolve_for_a_local_directory(tmp_path: Path) -> None:

@@ -107,9 +107,10 @@ def resolve_chat_template(
     ``model_dir`` None means the files could not be fetched: the server will use whatever the
     model has, and the provenance says it is unknown rather than guess.
     """
-    if _explicit_template(extra_args):
+    explicit = explicit_template(extra_args)
+    if explicit is not None:
         # vllm.extra_args come last on the command line, so the user's explicit choice wins.
-        return TemplateChoice(None, {"source": "extra_args:--chat-template", "sha256": ""})
+        return TemplateChoice(None, _explicit_provenance(explicit))
     if model_dir is None:
         return TemplateChoice(None, {"source": "unknown: model files not reachable", "sha256": ""})
     own = model_chat_template(model_dir)
@@ -122,8 +123,31 @@ def resolve_chat_template(
     return TemplateChoice(None, {"source": "none", "sha256": ""})
 
 
-def _explicit_template(extra_args: Sequence[str]) -> bool:
-    return any(arg == "--chat-template" or arg.startswith("--chat-template=") for arg in extra_args)
+#: How vLLM's command line spells the option (its parser takes underscores for dashes too).
+CHAT_TEMPLATE_OPTIONS = ("--chat-template", "--chat_template")
+
+
+def explicit_template(extra_args: Sequence[str]) -> str | None:
+    """The value of a ``--chat-template`` in ``extra_args`` (the last one, as argparse takes
+    it), or None when there is none."""
+    value = None
+    for index, arg in enumerate(extra_args):
+        name, equals, inline = arg.partition("=")
+        if name in CHAT_TEMPLATE_OPTIONS:
+            follows = extra_args[index + 1] if index + 1 < len(extra_args) else ""
+            value = inline if equals else follows
+    return value
+
+
+def _explicit_provenance(value: str) -> dict[str, str]:
+    """vLLM takes ``--chat-template`` as a file to read or, failing that, as the template
+    itself: the hash is of the file's text where the file is readable here, else of the value,
+    so editing the file changes the provenance (and the resume key) as a new template would."""
+    try:
+        text = Path(value).read_text(encoding="utf-8") if value else value
+    except (OSError, ValueError):  # not a path here: a template given inline, or a remote path
+        text = value
+    return {"source": "extra_args:--chat-template", "sha256": sha256_text(text)}
 
 
 def _fallback_provenance(fallback: FallbackTemplate) -> dict[str, str]:
@@ -180,7 +204,7 @@ def decided_now(
     if served_from_here:
         local = Path(model).expanduser()
         files = template_files_dir(str(local) if local.is_dir() else model, cached_only=True)
-    if files is not None or _explicit_template(extra_args):
+    if files is not None or explicit_template(extra_args) is not None:
         return recorded == resolve_chat_template(files, fallback, extra_args=extra_args).provenance
     source = str(recorded.get("source", ""))
     if source.startswith("model:"):
