@@ -6,7 +6,7 @@ demo's system prompt and sampling (temperature 0, 16 tokens), 64 requests in fli
 
 - raw client: aiohttp posting the exact bodies verifiers sends, nothing else;
 - control: the raw client again, while another process (``benchmarks._cpu_load``) uses
-  ``--control-load`` of one CPU (default 20 %, about what the plugin's process uses here) and
+  ``--control-load`` of one CPU (default 45 %, about what the plugin's process uses here) and
   does nothing else. When vLLM shares the clients' CPUs, this shows what the server loses to
   *any* process using that much CPU, however it spends it;
 - verifiers layer: the plugin's adapter (``run_examples``) alone, no pytest around it; with
@@ -89,9 +89,9 @@ def main() -> int:
     parser.add_argument(
         "--control-load",
         type=float,
-        default=0.2,
+        default=0.45,
         metavar="SHARE",
-        help="CPU share of one core used beside the control's raw client (default: 0.2)",
+        help="CPU share of one core used beside the control's raw client (default: 0.45)",
     )
     args = parser.parse_args()
     server = "vLLM" if args.server == "vllm" else "stand-in"
