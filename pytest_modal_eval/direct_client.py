@@ -172,6 +172,10 @@ class DirectOpenAI:
                     with self._order.sending():
                         exchange = self._exchange(session, url, headers, data)
                         status, raw_headers, content = await exchange
+                ok = 200 <= status < 300
+                if ok and self._journal is not None and journal_entry is not None:
+                    # Recorded as it arrives, before it waits for its turn (see below).
+                    self._journal.record(*journal_entry, Answer(status, raw_headers, content))
                 # The requests waiting for the slot this answer freed go out first.
                 await self._order.answered()
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -180,9 +184,7 @@ class DirectOpenAI:
                     retries_taken += 1
                     continue
                 raise self._transport_error(url, exc) from exc
-            if 200 <= status < 300:
-                if self._journal is not None and journal_entry is not None:
-                    self._journal.record(*journal_entry, Answer(status, raw_headers, content))
+            if ok:
                 return self._http.Response(status, headers=raw_headers, content=content)
             response = self._http.Response(
                 status, headers=raw_headers, content=content, request=self._request(url)

@@ -16,9 +16,10 @@ at 64 in flight (README, Performance):
 back to its caller only once every request that has a slot has been written, and only one
 answer is handed back per turn of the event loop, so sockets are read between two answers.
 "Written" is aiohttp's ``on_request_chunk_sent`` trace signal (public since aiohttp 3.0),
-which runs just before a body is handed to the socket; a request that fails, ends, or has not
-been written after :data:`WRITE_GRACE_S` (a connection that is slow to open) no longer holds
-answers back.
+which runs just before a body is handed to the socket; a request that fails or ends counts as
+written, and no answer waits longer than :data:`WRITE_GRACE_S` (a connection slow to open).
+The order is nearly, not strictly, kept: an answer read in a later turn than the one being
+handed back may have its waiting request written after that answer's processing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-#: Seconds a request that has a slot may hold answers back before it is written.
+#: Seconds an answer waits at most for requests that have a slot to be written.
 WRITE_GRACE_S = 0.5
 
 #: The current request's "written" mark; the body-writing task aiohttp starts inherits it.
@@ -63,12 +64,10 @@ class SendsFirst:
             nonlocal pending
             if pending:
                 pending = False
-                grace.cancel()
                 self._unwritten -= 1
                 if not self._unwritten:
                     self._all_written.set()
 
-        grace = asyncio.get_running_loop().call_later(WRITE_GRACE_S, written)
         token = _mark_written.set(written)
         try:
             yield
@@ -100,8 +99,14 @@ class SendsFirst:
     async def _requests_written(self) -> None:
         # One turn of the loop first: a request woken by a freed slot takes it (and counts).
         await asyncio.sleep(0)
-        while self._unwritten:
-            await self._all_written.wait()
+        if not self._unwritten:
+            return
+        try:
+            async with asyncio.timeout(WRITE_GRACE_S):
+                while self._unwritten:
+                    await self._all_written.wait()
+        except TimeoutError:
+            pass  # a request that cannot be written yet (a slow connect) holds no answer longer
 
     def _pass_turn(self) -> None:
         # In the next turn of the loop, after it has read its sockets again.
