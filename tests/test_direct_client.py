@@ -15,7 +15,6 @@ import email.utils
 import json
 import random
 import socket
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from pytest_modal_eval.direct_client import (
 )
 from pytest_modal_eval.endpoint_check import EndpointChecker, on_loopback
 from tests.support.forward_proxy import ForwardProxy, clear_proxy_env
+from tests.support.threaded_app import ThreadedApp
 
 PATH = "/chat/completions"
 BODY = {
@@ -519,54 +519,25 @@ def test_requests_in_flight_are_capped_however_many_callers_wait() -> None:
     assert (peak, sent) == (3, 12)
 
 
-class BatchServer:
+class BatchServer(ThreadedApp):
     """Holds the first ``batch`` requests until all have arrived, then answers them together
     (as vLLM finishes one batch's requests in the same step); later requests are answered at
-    once. Runs in a thread with its own event loop and notes when each request arrived."""
+    once. Serves from its own thread and notes when each request arrived."""
 
     def __init__(self, batch: int) -> None:
+        super().__init__()
         self.batch = batch
         self.arrived: list[float] = []
-        self.url = ""
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+        self._full = asyncio.Event()  # bound to the server's loop when first awaited there
 
-    def __enter__(self) -> BatchServer:
-        self._thread.start()
-        assert self._ready.wait(10), "the batch server did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None and self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    async def _serve(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        full = asyncio.Event()
-
-        async def handle(request: web.Request) -> web.Response:
-            await request.read()
-            self.arrived.append(time.monotonic())
-            if len(self.arrived) == self.batch:
-                full.set()
-            if len(self.arrived) <= self.batch:
-                await full.wait()
-            return web.json_response(COMPLETION)
-
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", handle)
-        runner = web.AppRunner(app, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/v1"
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        self.arrived.append(time.monotonic())
+        if len(self.arrived) == self.batch:
+            self._full.set()
+        if len(self.arrived) <= self.batch:
+            await self._full.wait()
+        return web.json_response(COMPLETION)
 
 
 def test_waiting_requests_go_out_before_answers_are_processed() -> None:
@@ -588,8 +559,12 @@ def test_waiting_requests_go_out_before_answers_are_processed() -> None:
         finally:
             await client.close()
 
-    with BatchServer(slots) as server:
-        asyncio.run(scenario(server.url))
+    server = BatchServer(slots)
+    url = server.start()
+    try:
+        asyncio.run(scenario(f"{url}/v1"))
+    finally:
+        server.stop()
     assert len(server.arrived) == 2 * slots
     # Answers reach the client one after another, so an answer may be processed before a
     # later one is even read; still every request of the second batch went out before the
