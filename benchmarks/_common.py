@@ -217,9 +217,9 @@ def vllm_server(logs_dir: Path, *, isolate: bool = False) -> Iterator[str]:
     With ``isolate``, vLLM gets the first half of this process's CPUs and everything started
     afterwards (clients, pytest) the other half, as when the server has its own machine.
     """
-    from pytest_modal_eval.config import InfraConfig, VllmConfig
-    from pytest_modal_eval.serving.local_vllm import LocalVllmServer
-    from pytest_modal_eval.serving.types import ServerProfile
+    from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
+    from pytest_modal_eval.serving.endpoint import ServerProfile
+    from pytest_modal_eval.serving.vllm.local import LocalVllmServer
 
     profile = ServerProfile(
         backend="local",
@@ -243,8 +243,14 @@ def vllm_server(logs_dir: Path, *, isolate: bool = False) -> Iterator[str]:
 
 @contextlib.contextmanager
 def proxy_process(upstream: str, log_path: Path) -> Iterator[str]:
-    """The plugin's proxy, standalone (``python -m pytest_modal_eval.proxy``)."""
-    command = [PYTHON, "-m", "pytest_modal_eval.proxy", "--upstream", upstream]
+    """The plugin's proxy, standalone (``python -m pytest_modal_eval.serving.modal.redirect_proxy``)."""
+    command = [
+        PYTHON,
+        "-m",
+        "pytest_modal_eval.serving.modal.redirect_proxy",
+        "--upstream",
+        upstream,
+    ]
     with _listening([*command, "--log", str(log_path)], "the proxy", 15) as url:
         yield url
 

@@ -33,7 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
     global _proxy
     upstream = os.environ.get("BENCH_PROXY_UPSTREAM")
     if upstream:
-        from pytest_modal_eval.proxy import ProxySettings, ProxyThread
+        from pytest_modal_eval.serving.modal.redirect_proxy import ProxySettings, ProxyThread
 
         log = os.environ.get("BENCH_PROXY_LOG")
         settings = ProxySettings(upstream=upstream, log_path=Path(log) if log else None)

@@ -1,4 +1,4 @@
-"""The plugin's verifiers layer alone: ``adapter.run_examples`` with no pytest around it.
+"""The plugin's verifiers layer alone: ``verifiers_adapter.run_examples`` with no pytest around it.
 
 ``python -m benchmarks._verifiers_loop --data F --base-url URL --concurrency N --out J
 [--client direct|sdk|httpx]`` runs every row of a file-qa JSONL once and writes JSON with each
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import MAX_TOKENS, MODEL_NAME, SYSTEM_PROMPT
-from pytest_modal_eval import adapter
-from pytest_modal_eval.config import EvalConfig
+from pytest_modal_eval.client import verifiers_adapter
+from pytest_modal_eval.config.schema import EvalConfig
 
 
-def _verifiers_default_client(endpoint: adapter.Endpoint, **options: Any) -> Any:
+def _verifiers_default_client(endpoint: verifiers_adapter.Endpoint, **options: Any) -> Any:
     """The adapter's client before it built its own: verifiers' ClientConfig (httpx pool)."""
     import verifiers as vf
     from verifiers.clients import resolve_client
@@ -41,14 +41,14 @@ def _verifiers_default_client(endpoint: adapter.Endpoint, **options: Any) -> Any
     )
 
 
-def _sdk_client(endpoint: adapter.Endpoint, **options: Any) -> Any:
+def _sdk_client(endpoint: verifiers_adapter.Endpoint, **options: Any) -> Any:
     """The adapter's client before DirectOpenAI: verifiers' client on the bare AsyncOpenAI."""
     client = _direct_client(endpoint, **options)
     client._client = client.client._sdk
     return client
 
 
-_direct_client = adapter.chat_client
+_direct_client = verifiers_adapter.chat_client
 
 
 def main() -> None:
@@ -60,13 +60,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.client == "httpx":
-        adapter.chat_client = _verifiers_default_client
+        verifiers_adapter.chat_client = _verifiers_default_client
     elif args.client == "sdk":
-        adapter.chat_client = _sdk_client
-    env = adapter.load_environment(
+        verifiers_adapter.chat_client = _sdk_client
+    env = verifiers_adapter.load_environment(
         "file-qa", {"path": str(args.data), "system_prompt": SYSTEM_PROMPT}, args.data.parent
     )
-    rows = adapter.dataset_rows(env, None)
+    rows = verifiers_adapter.dataset_rows(env, None)
     times: list[float] = []
     cpu = [0.0, 0.0]
 
@@ -77,10 +77,10 @@ def main() -> None:
             cpu[0] = cpu[1]
 
     asyncio.run(
-        adapter.run_examples(
+        verifiers_adapter.run_examples(
             env,
             rows,
-            endpoint=adapter.Endpoint(f"{args.base_url}/v1", MODEL_NAME),
+            endpoint=verifiers_adapter.Endpoint(f"{args.base_url}/v1", MODEL_NAME),
             sampling_args={"temperature": 0.0, "top_p": 1.0, "max_tokens": MAX_TOKENS, "seed": 0},
             rollouts=1,
             max_concurrent_requests=args.concurrency,

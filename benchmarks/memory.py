@@ -40,7 +40,7 @@ _IMPORTS = """
 import resource
 import pytest, datasets, verifiers as vf, openai
 from verifiers.clients import OpenAIChatCompletionsClient
-import pytest_modal_eval.item_run
+import pytest_modal_eval.collect.item_run
 from pytest_modal_eval.envs import file_qa
 vf.SingleTurnEnv
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -1,7 +1,7 @@
 """Proxy cost: added latency per request and maximum requests/s, through the proxy vs direct.
 
 The upstream is ``tests/support/openai_server.py`` (answers at once), so what is measured is
-the proxy's own cost. The proxy is the plugin's (``python -m pytest_modal_eval.proxy``, the
+the proxy's own cost. The proxy is the plugin's (``python -m pytest_modal_eval.serving.modal.redirect_proxy``, the
 same ``ModalProxy`` the Modal backend runs in a thread), logging one line per request as in
 use. An aiohttp client sends the same chat request (a) one at a time, for latency, and (b) with
 256 in flight, for maximum throughput; direct and proxied runs alternate, medians of the rounds.
@@ -40,7 +40,9 @@ def main() -> int:
     parser.add_argument("--loaded", type=int, default=10000, help="requests, 256 in flight")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    header("proxy cost: pytest_modal_eval.proxy vs direct, fast local upstream")
+    header(
+        "proxy cost: pytest_modal_eval.serving.modal.redirect_proxy vs direct, fast local upstream"
+    )
 
     rows = demo_rows()
     one_by_one = chat_bodies([rows[i % len(rows)] for i in range(args.sequential)])

@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval import fixtures
-from pytest_modal_eval.deployments import (
+from pytest_modal_eval.collect.example_reports import PassedExampleReports
+from pytest_modal_eval.collect.items import SESSION_KEY, BenchmarkFile, is_benchmark_file
+from pytest_modal_eval.collect.session import EvalSession
+from pytest_modal_eval.config.options import add_options, resolve_settings
+from pytest_modal_eval.report.terminal import SummaryCollector
+from pytest_modal_eval.serving.deployments import (
     BROKER_INPUT_KEY,
     DEPLOYMENTS_KEY,
     SOURCE_KEY,
@@ -16,11 +21,6 @@ from pytest_modal_eval.deployments import (
     BrokerClient,
     Deployments,
 )
-from pytest_modal_eval.example_reports import PassedExampleReports
-from pytest_modal_eval.items import SESSION_KEY, BenchmarkFile, is_benchmark_file
-from pytest_modal_eval.options import add_options, resolve_settings
-from pytest_modal_eval.report import SummaryCollector
-from pytest_modal_eval.session import EvalSession
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -84,8 +84,8 @@ def _check_modal_credentials() -> None:
     """Fail before collection, without network, when Modal cannot be used from here."""
     import os
 
-    from pytest_modal_eval.serving.modal_backend import check_modal_token, upstream_headers
-    from pytest_modal_eval.serving.types import ServingError
+    from pytest_modal_eval.serving.endpoint import ServingError
+    from pytest_modal_eval.serving.modal.backend import check_modal_token, upstream_headers
 
     try:
         check_modal_token()

@@ -13,8 +13,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pytest_modal_eval import answer_journal
-from pytest_modal_eval.answer_journal import Answer, AnswerJournal, current_example, request_key
+from pytest_modal_eval.client import answer_journal
+from pytest_modal_eval.client.answer_journal import (
+    Answer,
+    AnswerJournal,
+    current_example,
+    request_key,
+)
 from tests.test_direct_client import BODY, PATH, ScriptedServer, direct, sdk_client
 from tests.test_direct_client import Answer as Scripted
 

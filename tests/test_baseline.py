@@ -19,14 +19,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_modal_eval.baseline import Baseline, BaselineError
-from pytest_modal_eval.stats import ExampleRewards, compare_paired
+from pytest_modal_eval.judge.baseline import Baseline, BaselineError
+from pytest_modal_eval.stats.summary import ExampleRewards, compare_paired
 
 CONFTEST = """
 import json
 import pytest
 import yaml
-from pytest_modal_eval.baseline import Baseline, check_baseline
+from pytest_modal_eval.judge.baseline import Baseline, check_baseline
 
 
 def run_benchmark(request, snapshot):

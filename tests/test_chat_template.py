@@ -12,7 +12,7 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pytest_modal_eval.serving import chat_template as ct
-from pytest_modal_eval.serving.types import ServingError
+from pytest_modal_eval.serving.endpoint import ServingError
 
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},

@@ -27,8 +27,8 @@ from aiohttp import web
 from verifiers.clients import OpenAIChatCompletionsClient
 from verifiers.errors import OverlongPromptError
 
-from pytest_modal_eval import adapter, send_order
-from pytest_modal_eval.direct_client import (
+from pytest_modal_eval.client import send_order, verifiers_adapter
+from pytest_modal_eval.client.direct_client import (
     DirectOpenAI,
     dumps,
     retry_after_s,
@@ -36,7 +36,7 @@ from pytest_modal_eval.direct_client import (
     sdk_proxy,
     should_retry,
 )
-from pytest_modal_eval.endpoint_check import EndpointChecker, on_loopback
+from pytest_modal_eval.serving.endpoint_check import EndpointChecker, on_loopback
 from tests.support.forward_proxy import ForwardProxy, clear_proxy_env
 from tests.support.threaded_app import ThreadedApp
 
@@ -132,7 +132,7 @@ class ScriptedServer:
 
 
 def sdk_client(base_url: str, *, max_retries: int, timeout: float = 30.0) -> openai.AsyncOpenAI:
-    http = adapter._http()
+    http = verifiers_adapter._http()
     return openai.AsyncOpenAI(
         api_key="sk-test-0123",
         base_url=base_url,
@@ -146,7 +146,7 @@ def sdk_client(base_url: str, *, max_retries: int, timeout: float = 30.0) -> ope
 
 def direct(sdk: openai.AsyncOpenAI, timeout: float = 30.0, **options: Any) -> DirectOpenAI:
     return DirectOpenAI(
-        sdk, request_timeout=timeout, max_connections=8, http=adapter._http(), **options
+        sdk, request_timeout=timeout, max_connections=8, http=verifiers_adapter._http(), **options
     )
 
 
@@ -343,7 +343,7 @@ def test_a_proxy_the_client_cannot_read_leaves_requests_to_the_sdk(
 ) -> None:
     clear_proxy_env(monkeypatch)
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
-    http = adapter._http()
+    http = verifiers_adapter._http()
     url = "https://api.example.test/v1/"
 
     async def options(http_client: Any) -> Any:
@@ -389,8 +389,8 @@ def test_loopback_endpoints_never_go_through_the_environment_proxy(
     async def scenario() -> tuple[Any, Any, list[Seen]]:
         server = ScriptedServer([Answer()])
         url = await server.__aenter__()
-        endpoint = adapter.Endpoint(url, "m", None)
-        client = adapter.chat_client(
+        endpoint = verifiers_adapter.Endpoint(url, "m", None)
+        client = verifiers_adapter.chat_client(
             endpoint, request_timeout=5, max_retries=0, max_connections=4
         ).client
         try:
@@ -485,7 +485,7 @@ RETRY_HEADERS = [
 def test_retry_decision_matches_the_sdk(headers: dict[str, str], status: int) -> None:
     if headers.get("retry-after", "").startswith("<a date"):
         headers = {"retry-after": email.utils.formatdate(time.time() + 30, usegmt=True)}
-    http = adapter._http()
+    http = verifiers_adapter._http()
     sdk = openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=4)
     response = http.Response(status, headers=headers, request=http.Request("POST", "http://x"))
     assert should_retry(status, response.headers) == sdk._should_retry(response)
@@ -543,7 +543,7 @@ class BatchServer(ThreadedApp):
 def test_waiting_requests_go_out_before_answers_are_processed() -> None:
     """A batch of answers frees its slots together: the requests waiting for those slots go
     out before the callers' processing of the answers, not after it (see
-    pytest_modal_eval.send_order)."""
+    pytest_modal_eval.client.send_order)."""
     slots, processing_s = 4, 0.2
     processed: list[float] = []
 

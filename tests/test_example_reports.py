@@ -13,7 +13,7 @@ _TIMING = {"start", "stop", "duration"}
 _TEST_FILE = """
 import json
 import pytest
-from pytest_modal_eval.example_reports import PassedExampleLog
+from pytest_modal_eval.collect.example_reports import PassedExampleLog
 
 SEEN = []
 

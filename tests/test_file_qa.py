@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pytest_modal_eval.adapter import dataset_rows
+from pytest_modal_eval.client.verifiers_adapter import dataset_rows
 from pytest_modal_eval.envs.file_qa import answers_match, final_answer, load_environment
-from pytest_modal_eval.resume import fingerprint_rows
+from pytest_modal_eval.runs.resume import fingerprint_rows
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_modal_eval import heap
+from pytest_modal_eval.runs import heap
 
 
 def _rss_mb() -> float:

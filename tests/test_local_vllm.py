@@ -29,10 +29,10 @@ import httpx
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from pytest_modal_eval.config import InfraConfig, VllmConfig
+from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 from pytest_modal_eval.serving.chat_template import TEMPLATES_DIR, sha256_text
-from pytest_modal_eval.serving.local_vllm import LocalVllmServer
-from pytest_modal_eval.serving.types import Endpoint, ServerProfile, ServingError
+from pytest_modal_eval.serving.endpoint import Endpoint, ServerProfile, ServingError
+from pytest_modal_eval.serving.vllm.local import LocalVllmServer
 from tests.support import vllm_check
 
 pytestmark = pytest.mark.vllm
@@ -279,8 +279,8 @@ def test_startup_deadline(
 _PARENT = """
 import json, sys, threading, time
 from pathlib import Path
-from pytest_modal_eval.serving.local_vllm import LocalVllmServer
-from pytest_modal_eval.serving.types import ServerProfile
+from pytest_modal_eval.serving.vllm.local import LocalVllmServer
+from pytest_modal_eval.serving.endpoint import ServerProfile
 
 profile = ServerProfile.from_json(json.loads(sys.argv[1]))
 server = LocalVllmServer(profile, logs_dir=Path(sys.argv[2]), python=sys.argv[3],

@@ -28,13 +28,13 @@ from modal._utils.async_utils import synchronizer
 from modal._utils.name_utils import is_valid_object_name
 from modal_proto import api_pb2
 
-from pytest_modal_eval.config import InfraConfig, VllmConfig
-from pytest_modal_eval.proxy import ModalProxy
-from pytest_modal_eval.serving import modal_app
+from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 from pytest_modal_eval.serving.chat_template import TEMPLATES_DIR, log_line
-from pytest_modal_eval.serving.modal_app import DeploySpec
-from pytest_modal_eval.serving.modal_backend import ModalServer
-from pytest_modal_eval.serving.types import ServerProfile, ServingError
+from pytest_modal_eval.serving.endpoint import ServerProfile, ServingError
+from pytest_modal_eval.serving.modal import app as modal_app
+from pytest_modal_eval.serving.modal.app import DeploySpec
+from pytest_modal_eval.serving.modal.backend import ModalServer
+from pytest_modal_eval.serving.modal.redirect_proxy import ModalProxy
 from tests.conftest import BenchmarkProject
 
 REPO = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def test_container_reimport_rebuilds_the_same_app() -> None:
     spec = make_spec(infra={"gpu": "A100-40GB:4"}, vllm={"tensor_parallel_size": 4})
     probe = (
         "import json\n"
-        "from pytest_modal_eval.serving import modal_app as m\n"
+        "from pytest_modal_eval.serving.modal import app as m\n"
         "s = m.DeploySpec.from_env()\n"
         "print(json.dumps({'app': m.app.name, 'gpus': m.build(s).function.info().gpus,"
         " 'cmd': m.container_command(s, None)}))\n"
@@ -274,9 +274,9 @@ PROXY_ENV = {
 _NO_TOKEN_PROBE = """
 import time
 from pathlib import Path
-from pytest_modal_eval.config import InfraConfig, VllmConfig
-from pytest_modal_eval.serving.modal_backend import ModalServer
-from pytest_modal_eval.serving.types import ServerProfile, ServingError
+from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
+from pytest_modal_eval.serving.modal.backend import ModalServer
+from pytest_modal_eval.serving.endpoint import ServerProfile, ServingError
 profile = ServerProfile(
     "modal", "org/model", InfraConfig.model_validate({{}}), VllmConfig.model_validate({{}}), None
 )

@@ -1,4 +1,4 @@
-"""adapter.pin_signatures: the same signatures, the same scores, less work per rollout."""
+"""verifiers_adapter.pin_signatures: the same signatures, the same scores, less work per rollout."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import verifiers as vf
 from datasets import Dataset
 
-from pytest_modal_eval import adapter
+from pytest_modal_eval.client import verifiers_adapter
 from tests.conftest import FakeServer, arithmetic_rows
 
 
@@ -74,10 +74,10 @@ def scores(env: Any, server: FakeServer, rollouts: int = 2) -> dict[int, list[An
         ]
 
     asyncio.run(
-        adapter.run_examples(
+        verifiers_adapter.run_examples(
             env,
-            adapter.dataset_rows(env, None),
-            endpoint=adapter.Endpoint(f"{server.url}/v1", "test-model"),
+            verifiers_adapter.dataset_rows(env, None),
+            endpoint=verifiers_adapter.Endpoint(f"{server.url}/v1", "test-model"),
             sampling_args={"temperature": 0.0, "max_tokens": 32},
             rollouts=rollouts,
             max_concurrent_requests=4,
@@ -94,7 +94,7 @@ def test_pinned_signatures_are_the_ones_inspect_derives() -> None:
     before = [inspect.signature(f) for f in introspected(env)]
     assert len(before) >= 7  # stop conditions, cleanup handlers, five reward functions
 
-    adapter.pin_signatures(env)
+    verifiers_adapter.pin_signatures(env)
 
     for function, signature in zip(introspected(env), before, strict=True):
         target = getattr(function, "__func__", function)
@@ -109,7 +109,7 @@ def test_a_pinned_environment_scores_exactly_as_before(fake_server: FakeServer) 
     fake_server.configure(accuracy=0.5)  # some right, some wrong: rewards that differ
     plain = scores(make_env(), fake_server)
     env = make_env()
-    adapter.pin_signatures(env)
+    verifiers_adapter.pin_signatures(env)
     pinned = scores(env, fake_server)
 
     assert pinned == plain
@@ -132,7 +132,7 @@ def test_other_callables_and_other_objects() -> None:
     expected = [inspect.signature(partial), inspect.signature(call), inspect.signature(len)]
     env = type("Env", (), {"_stop_conditions": [partial, call, len], "rubric": None})()
 
-    adapter.pin_signatures(env)
+    verifiers_adapter.pin_signatures(env)
 
     assert [inspect.signature(f) for f in (partial, call, len)] == expected
-    adapter.pin_signatures(object())  # not an environment of this verifiers: left alone
+    verifiers_adapter.pin_signatures(object())  # not an environment of this verifiers: left alone

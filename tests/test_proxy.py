@@ -23,11 +23,11 @@ import httpx
 import openai
 import pytest
 
-import pytest_modal_eval.proxy as proxy_module
-from pytest_modal_eval import adapter
-from pytest_modal_eval.direct_client import DirectOpenAI
-from pytest_modal_eval.http_proxy import env_proxy
-from pytest_modal_eval.proxy import (
+import pytest_modal_eval.serving.modal.redirect_proxy as proxy_module
+from pytest_modal_eval.client import verifiers_adapter
+from pytest_modal_eval.client.direct_client import DirectOpenAI
+from pytest_modal_eval.client.env_proxy import env_proxy
+from pytest_modal_eval.serving.modal.redirect_proxy import (
     LOG_ROUTE_HEADER,
     ModalProxy,
     ProxySettings,
@@ -462,7 +462,9 @@ def direct_client(
     with monkeypatch.context() as patch:  # the lookup happens when the client is made
         if via == "http":  # as in an xdist worker, where the proxy runs in another process
             patch.setattr(proxy_module, "_IN_PROCESS", {})
-        return DirectOpenAI(sdk, request_timeout=timeout, max_connections=8, http=adapter._http())
+        return DirectOpenAI(
+            sdk, request_timeout=timeout, max_connections=8, http=verifiers_adapter._http()
+        )
 
 
 def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -> Any:
@@ -473,7 +475,7 @@ def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -
             return await client.post(
                 "/chat/completions",
                 body=body,
-                cast_to=adapter._http().Response,
+                cast_to=verifiers_adapter._http().Response,
                 options={"headers": headers},
             )
         except openai.OpenAIError as exc:
@@ -736,7 +738,7 @@ def test_cli_prints_url_forwards_and_exits_cleanly(
     command = [
         sys.executable,
         "-m",
-        "pytest_modal_eval.proxy",
+        "pytest_modal_eval.serving.modal.redirect_proxy",
         "--upstream",
         upstream.url,
         "--log",

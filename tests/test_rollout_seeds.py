@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pytest_modal_eval.rollout_seeds import GroupRollouts, match_rollouts, seeded
+from pytest_modal_eval.client.rollout_seeds import GroupRollouts, match_rollouts, seeded
 from tests.conftest import BenchmarkProject, read_jsonl
 from tests.test_resume import start_pytest
 

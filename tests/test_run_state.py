@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_modal_eval import runstore
-from pytest_modal_eval.run_state import RunState
-from pytest_modal_eval.runstore import Checkpoint
+from pytest_modal_eval.runs import store
+from pytest_modal_eval.runs.state import RunState
+from pytest_modal_eval.runs.store import Checkpoint
 
 
 def _record(example_id: int, rollout: int, reward: float = 1.0, **extra: Any) -> dict[str, Any]:
@@ -161,10 +161,10 @@ def test_memory_is_a_few_bytes_per_rollout() -> None:
 def test_meta_line_is_what_json_dumps_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
-    monkeypatch.setattr(runstore, "ID_CHUNK", 4)  # several pieces, one ending mid-chunk
+    monkeypatch.setattr(store, "ID_CHUNK", 4)  # several pieces, one ending mid-chunk
     ids = np.arange(count, dtype=np.int64) * 1000 - 3
     value = {"run_id": "r", "completed_example_ids": ids, "where": Path("x"), "n": None}
-    runstore.write_json_line_atomic(tmp_path / "meta.json", value)
+    store.write_json_line_atomic(tmp_path / "meta.json", value)
     expected = json.dumps({**value, "completed_example_ids": ids.tolist(), "where": "x"})
     assert (tmp_path / "meta.json").read_text() == expected + "\n"
     assert [p.name for p in tmp_path.iterdir()] == ["meta.json"]
@@ -177,7 +177,7 @@ def test_meta_line_never_holds_every_id_as_an_int(tmp_path: Path) -> None:
     assert ids.tolist() == state.completed_ids() == list(range(100_000))
     tracemalloc.start()
     try:
-        runstore.write_json_line_atomic(tmp_path / "meta.json", {"ids": ids})
+        store.write_json_line_atomic(tmp_path / "meta.json", {"ids": ids})
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -188,8 +188,8 @@ def test_meta_line_never_holds_every_id_as_an_int(tmp_path: Path) -> None:
 
 def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
     path = tmp_path / "meta.json"
-    runstore.write_json_atomic(path, {"n": 1})
-    with pytest.raises(RuntimeError), runstore._replaced_atomically(path) as out:
+    store.write_json_atomic(path, {"n": 1})
+    with pytest.raises(RuntimeError), store._replaced_atomically(path) as out:
         out.write('{"n": 2')
         raise RuntimeError("interrupted half-way")
     assert json.loads(path.read_text()) == {"n": 1}

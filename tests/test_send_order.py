@@ -8,8 +8,8 @@ import asyncio
 import time
 from typing import Any
 
-from pytest_modal_eval import send_order
-from pytest_modal_eval.send_order import SendsFirst
+from pytest_modal_eval.client import send_order
+from pytest_modal_eval.client.send_order import SendsFirst
 
 
 def test_an_answer_waits_until_the_request_with_a_slot_is_written() -> None:

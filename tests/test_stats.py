@@ -14,7 +14,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-from pytest_modal_eval.stats import (
+from pytest_modal_eval.stats.summary import (
     TEST_MCNEMAR,
     TEST_PAIRED_T,
     ExampleMeans,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_modal_eval.config import InfraConfig, VllmConfig
-from pytest_modal_eval.serving.types import ServerProfile
-from pytest_modal_eval.serving.vllm_command import VLLM_MODULE, vllm_args, vllm_command
+from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
+from pytest_modal_eval.serving.endpoint import ServerProfile
+from pytest_modal_eval.serving.vllm.command import VLLM_MODULE, vllm_args, vllm_command
 
 
 def profile(**vllm: object) -> ServerProfile:

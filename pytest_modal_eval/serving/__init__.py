@@ -7,6 +7,6 @@ pytest, httpx or the proxy at import time. Import the backends from their own mo
 
 from __future__ import annotations
 
-from pytest_modal_eval.serving.types import Endpoint, Server, ServerProfile, ServingError
+from pytest_modal_eval.serving.endpoint import Endpoint, Server, ServerProfile, ServingError
 
 __all__ = ["Endpoint", "Server", "ServerProfile", "ServingError"]

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_modal_eval.serving.types import ServingError
+from pytest_modal_eval.serving.endpoint import ServingError
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES_DIR = Path(__file__).resolve().parent / "chat_templates"
 BUNDLED_TEMPLATES = ("base", "code", "math", "think")
 
 # The files a model's template can live in, in transformers' order of precedence: since

@@ -1,0 +1,363 @@
+"""The one request verifiers makes per rollout, sent straight over aiohttp.
+
+verifiers' chat client (``OpenAIChatCompletionsClient``) sends each rollout's request with
+``AsyncOpenAI.post(path, body=..., cast_to=httpx.Response, options={"headers": ...})`` and
+reads the raw bytes back. Through the SDK that call builds options and an httpx request, merges
+headers, parses the URL and hands the request to aiohttp through a transport adapter: ~0.8 ms
+of CPU per request, as much as everything else verifiers does for a single-turn rollout, and at
+64 requests in flight that CPU is what held a run below the server's pace (see README,
+Performance). :class:`DirectOpenAI` takes that call's place and sends the request on one
+aiohttp session itself; everything else it is asked for goes to the real ``AsyncOpenAI``.
+
+What stays as the SDK does it, so verifiers sees no difference (tests/test_direct_client.py
+checks each against the SDK on the same server): the headers (the SDK's own default and auth
+headers plus the call's), the JSON body bytes, the answer's decoding (httpx reads its
+``Content-Encoding``), the timeouts (5 s to connect, the request timeout
+between reads), which answers are retried (connection failures, timeouts, 408, 409, 429, 5xx,
+or as ``x-should-retry`` says), the wait before a retry (``retry-after-ms``/``Retry-After`` up to
+two minutes, else 0.5 s doubling to 8 s, less up to 25 % jitter), and the error raised at the end
+(openai's own ``BadRequestError``, ``AuthenticationError``, ... with the same message and body,
+``APITimeoutError``, ``APIConnectionError``), which verifiers' error handling depends on, and
+the HTTP proxy the environment names for the endpoint (as httpx reads ``HTTP_PROXY``,
+``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY``; read from the SDK's own client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import email.utils
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Mapping
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from yarl import URL
+
+from pytest_modal_eval.client.answer_journal import (
+    Answer,
+    AnswerJournal,
+    RawHeaders,
+    current_example,
+    request_key,
+)
+from pytest_modal_eval.client.env_proxy import ProxyOptions, aiohttp_options
+from pytest_modal_eval.client.send_order import SendsFirst, trace_config
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.serving.modal.redirect_proxy import ModalProxy
+
+#: Seconds to open a connection (the SDK's and verifiers' default).
+CONNECT_TIMEOUT_S = 5.0
+#: The SDK's backoff: 0.5 s doubling to at most 8 s; a server may ask for up to two minutes.
+INITIAL_RETRY_DELAY_S = 0.5
+MAX_RETRY_DELAY_S = 8.0
+MAX_RETRY_AFTER_S = 120.0
+RETRY_STATUSES = frozenset({408, 409, 429})
+
+#: Where the current rollout's requests add the seconds they waited for a free request slot
+#: (set around each model call by the adapter's client).
+slot_waits: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "pytest_modal_eval_slot_waits", default=None
+)
+
+
+class DirectOpenAI:
+    """Stands in for the ``AsyncOpenAI`` verifiers' chat client posts through.
+
+    ``post`` with a raw-response ``cast_to`` and at most per-call headers is sent here; any
+    other call, and every attribute verifiers might read, is the wrapped SDK client's.
+    """
+
+    def __init__(
+        self,
+        sdk: Any,
+        *,
+        request_timeout: float,
+        max_connections: int,
+        http: Any,
+        max_in_flight: int | None = None,
+        journal: AnswerJournal | None = None,
+    ) -> None:
+        """``max_in_flight`` caps the requests waiting for an answer (default: the connections);
+        with a ``journal``, answers are recorded as they arrive and replayed after a resume."""
+        self._sdk = sdk
+        self._in_flight = asyncio.Semaphore(max_in_flight or max_connections)
+        self._order = SendsFirst()
+        self._journal = journal
+        self._http = http  # the httpx flavour the SDK is built on (for its Request/Response)
+        self._base = str(sdk.base_url).rstrip("/") + "/"
+        self._max_retries: int = sdk.max_retries
+        self._raw_types = _raw_response_types(http)
+        self._headers = {
+            name: value
+            for name, value in {**sdk.default_headers, **sdk.auth_headers}.items()
+            if isinstance(value, str)  # the SDK's Omit() markers mean "send no such header"
+        }
+        self._timeout = aiohttp.ClientTimeout(
+            sock_connect=CONNECT_TIMEOUT_S, sock_read=request_timeout, connect=request_timeout
+        )
+        self._max_connections = max_connections
+        self._request_timeout = request_timeout
+        # The proxy the SDK would use (HTTP(S)_PROXY, ALL_PROXY, NO_PROXY); None: unknown, so
+        # the SDK sends everything itself.
+        found = sdk_proxy(sdk, self._base, http)
+        self._env_proxy = None if found is None else found[0]
+        self._headers.update(found[1] if found else {})
+        self._session: aiohttp.ClientSession | None = None
+        # A proxy running in this process is handed the request itself (its logic, not its
+        # port). Without its module loaded, no proxy runs here.
+        proxy_module = sys.modules.get("pytest_modal_eval.serving.modal.redirect_proxy")
+        self._proxy: ModalProxy | None = None
+        if proxy_module is not None:
+            self._proxy = proxy_module.in_process(self._base)
+        self._base_path = URL(self._base).raw_path  # "/v1/": what the proxy is asked for
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sdk, name)
+
+    async def post(
+        self,
+        path: str,
+        *,
+        body: Any = None,
+        cast_to: Any,
+        options: Mapping[str, Any] | None = None,
+        **rest: Any,
+    ) -> Any:
+        options = options or {}
+        if (
+            rest
+            or cast_to not in self._raw_types
+            or set(options) - {"headers"}
+            or self._env_proxy is None
+        ):
+            return await self._sdk.post(path, body=body, cast_to=cast_to, options=options, **rest)
+        headers = self._headers
+        if extra := options.get("headers"):
+            headers = {**headers, **extra}
+            headers = {name: value for name, value in headers.items() if isinstance(value, str)}
+        url, data = self._base + path.lstrip("/"), dumps(body)
+        if self._journal is None:
+            return await self._send(url, headers, data)
+        # The path, not the URL: a resumed run may reach the same server on another port.
+        example, key = current_example.get(), request_key(path, data)
+        stored = self._journal.replay(example, key)
+        if stored is not None:  # answered before the run was interrupted: not sent again
+            return self._http.Response(
+                stored.status, headers=list(stored.raw_headers), content=stored.content
+            )
+        return await self._send(url, headers, data, (example, key))
+
+    async def _send(
+        self,
+        url: str,
+        headers: dict[str, str],
+        data: bytes,
+        journal_entry: tuple[int | None, str] | None = None,
+    ) -> Any:
+        session = self._session or self._open()
+        retries_taken = 0
+        while True:
+            try:
+                queued = time.monotonic()
+                async with self._in_flight:
+                    if (waits := slot_waits.get()) is not None:
+                        waits.append(time.monotonic() - queued)
+                    with self._order.sending():
+                        exchange = self._exchange(session, url, headers, data)
+                        status, raw_headers, content = await exchange
+                ok = 200 <= status < 300
+                if ok and self._journal is not None and journal_entry is not None:
+                    # Recorded as it arrives, before it waits for its turn (see below).
+                    self._journal.record(*journal_entry, Answer(status, raw_headers, content))
+                # The requests waiting for the slot this answer freed go out first.
+                await self._order.answered()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if retries_taken < self._max_retries:
+                    await asyncio.sleep(retry_delay(retries_taken, None))
+                    retries_taken += 1
+                    continue
+                raise self._transport_error(url, exc) from exc
+            if ok:
+                return self._http.Response(status, headers=raw_headers, content=content)
+            response = self._http.Response(
+                status, headers=raw_headers, content=content, request=self._request(url)
+            )
+            if retries_taken < self._max_retries and should_retry(status, response.headers):
+                await asyncio.sleep(retry_delay(retries_taken, response.headers))
+                retries_taken += 1
+                continue
+            raise status_error(response)
+
+    async def _exchange(
+        self, session: aiohttp.ClientSession, url: str, headers: dict[str, str], data: bytes
+    ) -> tuple[int, RawHeaders, bytes]:
+        """One attempt: the answer's status, raw headers and body."""
+        if self._proxy is not None:
+            # The request timeout bounds the whole exchange: over HTTP, the proxy sends nothing
+            # back before the upstream's final answer (rollout requests are not streamed).
+            async with asyncio.timeout(self._request_timeout):
+                path_qs = self._base_path + url[len(self._base) :]
+                return await self._proxy.forward(session, "POST", path_qs, headers, data)
+        async with session.post(
+            url,
+            data=data,
+            headers=headers,
+            timeout=self._timeout,
+            allow_redirects=False,
+            **(self._env_proxy or {}),
+        ) as answer:
+            return answer.status, answer.raw_headers, await answer.read()
+
+    def _open(self) -> aiohttp.ClientSession:
+        # Opened on first use, inside the event loop that runs the requests. The body is kept
+        # as sent: the httpx Response it becomes decodes Content-Encoding, as the SDK's does.
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._max_connections),
+            auto_decompress=False,
+            trace_configs=[trace_config()],
+        )
+        return self._session
+
+    def _request(self, url: str) -> Any:
+        return self._http.Request("POST", url)
+
+    def _transport_error(self, url: str, exc: BaseException) -> Exception:
+        import openai
+
+        if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+            return openai.APITimeoutError(request=self._request(url))
+        return openai.APIConnectionError(request=self._request(url))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        await self._sdk.close()
+
+
+def sdk_proxy(sdk: Any, url: str, http: Any) -> ProxyOptions | None:
+    """The proxy the SDK's HTTP client would send ``url``'s requests through, as httpx reads the
+    environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), as request
+    options (see :func:`http_proxy.aiohttp_options`), or None if the client is not one whose
+    choice can be read."""
+    client = getattr(sdk, "_client", None)
+    pick = getattr(client, "_transport_for_url", None)
+    if pick is None:
+        return None
+    transport = pick(http.URL(url))
+    if transport is getattr(client, "_transport", None):
+        return {}, {}  # no proxy for this URL
+    proxy = getattr(transport, "proxy", None)  # openai's aiohttp transport keeps it here
+    if proxy is None:
+        return None
+    return aiohttp_options(
+        str(proxy.url), url, auth=tuple(proxy.auth) if proxy.auth else None, headers=proxy.headers
+    )
+
+
+def dumps(body: Any) -> bytes:
+    """JSON as the SDK sends it: compact, UTF-8, no NaN; dates and pydantic models allowed."""
+    return json.dumps(
+        body, default=_json_default, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    ).encode()
+
+
+def _json_default(value: Any) -> Any:
+    import pydantic
+
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(exclude_unset=True, mode="json", by_alias=True)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """The wait a server asks for (``retry-after-ms``, then ``Retry-After`` in seconds or as a
+    date), or None."""
+    for name, divisor in (("retry-after-ms", 1000), ("retry-after", 1)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            delay = float(value)
+        except ValueError:
+            continue
+        if delay == math.inf and value.strip().lower() not in ("inf", "+inf", "infinity"):
+            return MAX_RETRY_AFTER_S + 1  # an overflowing number: too long, not malformed
+        return delay / divisor
+    when = email.utils.parsedate_tz(headers.get("retry-after") or "")
+    if when is None:
+        return None
+    try:
+        return float(email.utils.mktime_tz(when) - time.time())
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def should_retry(status: int, headers: Mapping[str, str]) -> bool:
+    asked = retry_after_s(headers)
+    if asked is not None and math.isfinite(asked) and asked > MAX_RETRY_AFTER_S:
+        return False
+    explicit = headers.get("x-should-retry")
+    if explicit in ("true", "false"):
+        return explicit == "true"
+    return status in RETRY_STATUSES or status >= 500
+
+
+def retry_delay(retries_taken: int, headers: Mapping[str, str] | None) -> float:
+    asked = retry_after_s(headers) if headers is not None else None
+    if asked is not None and math.isfinite(asked) and 0 < asked <= MAX_RETRY_AFTER_S:
+        return asked
+    backoff = min(INITIAL_RETRY_DELAY_S * 2.0 ** min(retries_taken, 1000), MAX_RETRY_DELAY_S)
+    return backoff * (1 - 0.25 * random.random())
+
+
+def status_error(response: Any) -> Exception:
+    """openai's exception for an error answer, with the message and body the SDK gives it."""
+    import openai
+
+    message = f"Error code: {response.status_code}"
+    body: Any = response.text.strip()
+    try:
+        body = json.loads(body)
+    except ValueError:
+        pass
+    else:
+        details = body.get("error", body) if isinstance(body, Mapping) else None
+        detail = details.get("message") if isinstance(details, Mapping) else None
+        if isinstance(detail, str) and detail:
+            message += f" - {detail}"
+    kind = {
+        400: openai.BadRequestError,
+        401: openai.AuthenticationError,
+        403: openai.PermissionDeniedError,
+        404: openai.NotFoundError,
+        409: openai.ConflictError,
+        422: openai.UnprocessableEntityError,
+        429: openai.RateLimitError,
+    }.get(response.status_code)
+    if kind is None:
+        kind = openai.InternalServerError if response.status_code >= 500 else openai.APIStatusError
+    # The exception carries the "error" object when the body has one, as the SDK's does.
+    data = body.get("error", body) if isinstance(body, Mapping) else body
+    return kind(message, response=response, body=data)
+
+
+def _raw_response_types(http: Any) -> tuple[type, ...]:
+    """The ``cast_to`` values that ask for the raw HTTP response (httpx's and its successor's)."""
+    types: list[type] = [http.Response]
+    try:
+        import httpx
+
+        types.append(httpx.Response)
+    except ImportError:  # pragma: no cover - httpx comes with verifiers
+        pass
+    return tuple(types)

@@ -1,0 +1,37 @@
+"""verifiers' chat client, asking with each rollout's own seed (see :mod:`.rollout_seeds`).
+
+It also notes in each rollout's state which rollout index it is and how long its requests
+waited for a free request slot (:data:`~pytest_modal_eval.client.verifiers_adapter.ROLLOUT_COLUMN`,
+:data:`~pytest_modal_eval.client.verifiers_adapter.SLOT_WAIT_COLUMN`); both come back with the rollout's output
+as state columns. Imported when a run starts (it pulls in verifiers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifiers.clients import OpenAIChatCompletionsClient
+
+from pytest_modal_eval.client.direct_client import slot_waits
+from pytest_modal_eval.client.rollout_seeds import current_group, seeded
+from pytest_modal_eval.client.verifiers_adapter import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN
+
+
+class SeededChatClient(OpenAIChatCompletionsClient):  # type: ignore[misc]
+    async def get_response(
+        self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **kwargs: Any
+    ) -> Any:
+        state, group = kwargs.get("state"), current_group.get()
+        if state is not None and group is not None:
+            index = group.index_of(state)
+            if index is not None:
+                state[ROLLOUT_COLUMN] = index
+                sampling_args = seeded(sampling_args, index)
+        waits: list[float] = []
+        token = slot_waits.set(waits)
+        try:
+            return await super().get_response(prompt, model, sampling_args, tools, **kwargs)
+        finally:
+            slot_waits.reset(token)
+            if state is not None and waits:
+                state[SLOT_WAIT_COLUMN] = (state.get(SLOT_WAIT_COLUMN) or 0.0) + sum(waits)

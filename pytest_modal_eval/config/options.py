@@ -1,0 +1,172 @@
+"""Command-line options and ini keys, and their resolution into plain :class:`Settings`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_modal_eval.config.overrides import parse_override
+
+BACKENDS = ("modal", "local", "endpoint")
+DEFAULT_FILES = ["evals/*.yaml", "evals/*.yml"]
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("modal-eval", "LLM evaluations (pytest-modal-eval)")
+    group.addoption(
+        "--model",
+        dest="modal_eval_model",
+        metavar="ORG/NAME",
+        default=None,
+        help="model under test: a Hugging Face id or a local directory. Benchmarks error "
+        "without it. Default: none.",
+    )
+    group.addoption(
+        "--override",
+        dest="modal_eval_overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        type=parse_override,
+        default=[],
+        help="override a benchmark setting for this run, e.g. sampling.temperature=0.6 or "
+        "infra.gpu=H100:2 (namespaces: infra, vllm, sampling, eval, env_args, gate; values "
+        "are YAML scalars). Repeatable. Default: none.",
+    )
+    group.addoption(
+        "--backend",
+        dest="modal_eval_backend",
+        choices=BACKENDS,
+        default=None,
+        help="how the model is served: modal (vLLM on Modal behind a local proxy), local "
+        "(vLLM subprocess), endpoint (an existing OpenAI-compatible server, see --base-url). "
+        "Default: ini modal_eval_backend, else endpoint if --base-url is given, else modal.",
+    )
+    group.addoption(
+        "--base-url",
+        dest="modal_eval_base_url",
+        metavar="URL",
+        default=None,
+        help="evaluate against this OpenAI-compatible endpoint (implies --backend endpoint), "
+        "e.g. http://127.0.0.1:8000/v1. Default: none.",
+    )
+    group.addoption(
+        "--api-key-env",
+        dest="modal_eval_api_key_env",
+        metavar="VAR",
+        default=None,
+        help="name of the environment variable holding the endpoint's API key (keys are never "
+        "accepted on the command line). Default: ini modal_eval_api_key_env, else "
+        "OPENAI_API_KEY.",
+    )
+    group.addoption(
+        "--eval-output-dir",
+        dest="modal_eval_output_dir",
+        metavar="DIR",
+        default=None,
+        help="where runs are written. Default: $MODAL_EVAL_OUTPUT_DIR, else ini "
+        "modal_eval_output_dir, else outputs/evals.",
+    )
+    group.addoption(
+        "--eval-fresh",
+        dest="modal_eval_fresh",
+        action="store_true",
+        default=False,
+        help="start new runs instead of resuming matching unfinished ones. Default: resume.",
+    )
+    group.addoption(
+        "--keep-deployment",
+        dest="modal_eval_keep",
+        action="store_true",
+        default=False,
+        help="leave Modal apps this session deployed running at the end. Default: stop them.",
+    )
+    group.addoption(
+        "--vllm-python",
+        dest="modal_eval_vllm_python",
+        metavar="PATH",
+        default=None,
+        help="interpreter that runs vLLM for --backend local (vLLM often lives in its own "
+        "environment). Default: $MODAL_EVAL_VLLM_PYTHON, else ini modal_eval_vllm_python, else "
+        "the current interpreter.",
+    )
+    parser.addini(
+        "modal_eval_files",
+        type="linelist",
+        default=DEFAULT_FILES,
+        help="glob patterns (relative to rootdir) of benchmark YAML files; other YAML files are "
+        f"never collected. Default: {' '.join(DEFAULT_FILES)}",
+    )
+    parser.addini("modal_eval_backend", default="", help="default --backend")
+    parser.addini("modal_eval_api_key_env", default="", help="default --api-key-env")
+    parser.addini("modal_eval_output_dir", default="", help="default --eval-output-dir")
+    parser.addini("modal_eval_vllm_python", default="", help="default --vllm-python")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved options: plain values, so they cross to xdist workers unchanged."""
+
+    model: str | None
+    backend: str
+    base_url: str | None
+    api_key_env: str
+    output_dir: Path
+    overrides: tuple[tuple[str, Any], ...]
+    fresh: bool
+    keep_deployment: bool
+    vllm_python: str
+    files: tuple[str, ...]
+
+
+def resolve_settings(config: pytest.Config) -> Settings:
+    def option(name: str) -> Any:
+        return config.getoption(name)
+
+    def ini(name: str) -> str:
+        return str(config.getini(name) or "")
+
+    base_url = option("modal_eval_base_url")
+    backend = option("modal_eval_backend") or (
+        "endpoint" if base_url else (ini("modal_eval_backend") or "modal")
+    )
+    if backend not in BACKENDS:
+        raise pytest.UsageError(
+            f"ini modal_eval_backend = {backend!r}: choose one of {', '.join(BACKENDS)}"
+        )
+    if backend == "endpoint" and not base_url:
+        raise pytest.UsageError("--backend endpoint needs --base-url URL")
+    if base_url and backend != "endpoint":
+        raise pytest.UsageError(f"--base-url cannot be combined with --backend {backend}")
+    output = (
+        option("modal_eval_output_dir")
+        or os.environ.get("MODAL_EVAL_OUTPUT_DIR")
+        or ini("modal_eval_output_dir")
+        or "outputs/evals"
+    )
+    output_dir = Path(output)
+    if not output_dir.is_absolute():
+        output_dir = Path(config.invocation_params.dir) / output_dir
+    vllm_python = (
+        option("modal_eval_vllm_python")
+        or os.environ.get("MODAL_EVAL_VLLM_PYTHON")
+        or ini("modal_eval_vllm_python")
+        or ""
+    )
+    return Settings(
+        model=option("modal_eval_model"),
+        backend=backend,
+        base_url=base_url.rstrip("/") if base_url else None,
+        api_key_env=option("modal_eval_api_key_env")
+        or ini("modal_eval_api_key_env")
+        or "OPENAI_API_KEY",
+        output_dir=output_dir,
+        overrides=tuple(option("modal_eval_overrides") or ()),
+        fresh=bool(option("modal_eval_fresh")),
+        keep_deployment=bool(option("modal_eval_keep")),
+        vllm_python=vllm_python,
+        files=tuple(config.getini("modal_eval_files") or DEFAULT_FILES),
+    )

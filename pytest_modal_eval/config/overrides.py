@@ -1,0 +1,72 @@
+"""``--override KEY=VALUE``: dotted keys over the config namespaces, YAML-scalar values."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import pytest
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse one ``--override`` value; used as the option's ``type=`` so errors are usage errors.
+
+    Returns ``("sampling.temperature", 0.5)``. Keys are checked against the namespace's
+    schema here, so a typo fails before anything starts; types are checked later by the
+    same pydantic models that check the YAML.
+    """
+    import yaml
+
+    from pytest_modal_eval.config.schema import OVERRIDE_NAMESPACES
+
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise pytest.UsageError(
+            f"--override {text!r}: expected KEY=VALUE, e.g. --override sampling.temperature=0.6"
+        )
+    namespace, _, field_path = key.partition(".")
+    if namespace not in OVERRIDE_NAMESPACES:
+        hint = _closest(namespace, OVERRIDE_NAMESPACES)
+        raise pytest.UsageError(
+            f"--override {key}: unknown namespace {namespace!r}{hint}; "
+            f"valid namespaces: {', '.join(OVERRIDE_NAMESPACES)}"
+        )
+    if not field_path:
+        raise pytest.UsageError(f"--override {key}: name a field, e.g. {namespace}.<field>")
+    model = OVERRIDE_NAMESPACES[namespace]
+    if model is not None:
+        field = field_path.split(".", 1)[0]
+        if field not in model.model_fields:
+            hint = _closest(field, model.model_fields)
+            raise pytest.UsageError(
+                f"--override {key}: unknown key {field!r} in {namespace!r}{hint}; "
+                f"valid keys: {', '.join(f'{namespace}.{f}' for f in model.model_fields)}"
+            )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise pytest.UsageError(
+            f"--override {key}: value {raw!r} is not valid YAML: {exc}"
+        ) from exc
+    return key, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Return a copy of the YAML mapping with each dotted override set, later ones winning."""
+    result: dict[str, Any] = dict(data)
+    for key, value in overrides:
+        parts = key.split(".")
+        node = result
+        for part in parts[:-1]:
+            child = node.get(part)
+            child = dict(child) if isinstance(child, dict) else {}
+            node[part] = child
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def _closest(word: str, choices: Any) -> str:
+    match = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""

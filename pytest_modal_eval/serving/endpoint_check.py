@@ -1,0 +1,85 @@
+"""Fail fast, once, when the endpoint is down or does not serve the model."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import threading
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.client.verifiers_adapter import Endpoint
+
+
+def on_loopback(url: str) -> bool:
+    """Whether ``url`` is on this machine's loopback: such requests never go through an HTTP
+    proxy from the environment (no proxy can reach them; the Modal backend's own proxy and a
+    local vLLM live there)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class EndpointError(Exception):
+    """The endpoint cannot be used; the message says what was tried and what to check."""
+
+
+class EndpointChecker:
+    """GET ``/models`` once per endpoint and session; later benchmarks reuse the verdict."""
+
+    def __init__(self) -> None:
+        self._verdicts: dict[tuple[str, str], str | None] = {}
+        self._lock = threading.Lock()
+
+    def check(self, endpoint: Endpoint, timeout: float = 15.0) -> None:
+        key = (endpoint.base_url, endpoint.model)
+        with self._lock:
+            if key not in self._verdicts:
+                self._verdicts[key] = _probe(endpoint, timeout)
+            problem = self._verdicts[key]
+        if problem is not None:
+            raise EndpointError(problem)
+
+
+def _probe(endpoint: Endpoint, timeout: float) -> str | None:
+    import httpx
+
+    url = endpoint.base_url.rstrip("/") + "/models"
+    headers = dict(endpoint.headers)
+    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout, trust_env=not on_loopback(url))
+    except httpx.HTTPError as exc:
+        return (
+            f"endpoint {endpoint.base_url} is unreachable: GET {url} failed "
+            f"({type(exc).__name__}: {exc}). Check that the server is running and the URL "
+            "includes the API prefix (usually /v1)."
+        )
+    if response.status_code in (401, 403):
+        return (
+            f"endpoint {endpoint.base_url} refused the credentials (HTTP {response.status_code} "
+            f"on GET {url}). The API key is read from ${endpoint.api_key_env or 'OPENAI_API_KEY'}"
+            " (set --api-key-env to use another variable)."
+        )
+    if response.status_code != 200:
+        return (
+            f"endpoint {endpoint.base_url} answered HTTP {response.status_code} on GET {url}; "
+            "is this an OpenAI-compatible API base URL (usually ending in /v1)?"
+        )
+    try:
+        served = [str(m.get("id")) for m in response.json().get("data", [])]
+    except (ValueError, AttributeError):
+        return f"endpoint {endpoint.base_url}: GET {url} did not return an OpenAI model list"
+    if served and endpoint.model not in served:
+        return (
+            f"endpoint {endpoint.base_url} does not serve model {endpoint.model!r}; it serves: "
+            f"{', '.join(served)}. Pass the served name with --model."
+        )
+    return None

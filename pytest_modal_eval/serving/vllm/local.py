@@ -1,0 +1,309 @@
+"""Run vLLM on this machine (``--backend local``), e.g. vLLM's CPU build in CI.
+
+Process layout, and why: vLLM's API server starts engine-core and worker processes, and when the
+API server is SIGKILLed those children live on (measured). So vLLM runs under a tiny supervisor
+(``_SUPERVISOR``, run by the vLLM interpreter) that leads its own process group:
+
+    pytest ── supervisor (group leader, new session) ── vLLM API server ── EngineCore ── Worker
+
+The supervisor watches ``os.getppid()``: when pytest dies, however it dies, the supervisor is
+re-parented and then takes the whole group down (SIGTERM, grace, SIGKILL). Polling the parent
+pid is used instead of ``PR_SET_PDEATHSIG`` because that signal fires when the *thread* that
+spawned the child exits, and servers are started from worker threads (the xdist broker).
+``stop()`` asks the supervisor the same way, then SIGKILLs whatever is left of the group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from pytest_modal_eval.serving.chat_template import load_fallback, resolve_for_model
+from pytest_modal_eval.serving.endpoint import (
+    LOG_TAIL_LINES,
+    Endpoint,
+    ServerProfile,
+    ServingError,
+    log_tail,
+)
+from pytest_modal_eval.serving.vllm.command import vllm_args, vllm_command
+
+LOG_NAME = "vllm.log"
+TEMPLATE_NAME = "chat_template.jinja"
+BIND_ATTEMPTS = 3  # a free port can be taken between choosing it and vLLM binding it
+STOP_GRACE_S = 10.0  # vLLM's own graceful shutdown takes a few seconds
+_POLL_S = 0.5
+# vLLM binds its port before loading the model (launcher.setup_server), so a taken port fails
+# within seconds with this OSError.
+_BIND_ERRORS = ("Address already in use", "[Errno 98]")
+
+# Runs in the vLLM interpreter: stdlib only, argv = parent pid, grace seconds, command...
+_SUPERVISOR = r"""
+import os, signal, subprocess, sys, time
+
+parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+asked = []
+signal.signal(signal.SIGTERM, lambda *_: asked.append(True))
+child = subprocess.Popen(cmd)
+
+
+def others():
+    # Live members of this process group other than us; zombies hold nothing.
+    if not os.path.isdir("/proc"):
+        return [child.pid] if child.poll() is None else []
+    me, group, found = os.getpid(), os.getpgid(0), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            try:
+                with open("/proc/%s/stat" % entry) as fh:
+                    state, _ppid, pgrp = fh.read().rsplit(")", 1)[1].split()[:3]
+            except (OSError, ValueError, IndexError):
+                continue
+            if state != "Z" and int(pgrp) == group:
+                found.append(int(entry))
+    return found
+
+
+def send(sig):
+    for pid in others():
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def settle(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        child.poll()  # reap vLLM as soon as it exits
+        if not others():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+while child.poll() is None and not asked and os.getppid() == parent:
+    time.sleep(0.2)
+# vLLM exited, was asked to stop, or pytest is gone: take the rest of the group down.
+send(signal.SIGTERM)
+if not settle(grace):
+    send(signal.SIGKILL)
+    settle(5.0)
+code = child.wait()
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        return [pgid]
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(entry.name))
+    return found
+
+
+class LocalVllmServer:
+    """vLLM on 127.0.0.1, started with ``python`` (an interpreter that has vLLM)."""
+
+    def __init__(
+        self,
+        profile: ServerProfile,
+        *,
+        logs_dir: Path,
+        python: str,
+        served_model_name: str | None = None,
+        port: int | None = None,  # first port to try; None = any free one
+        stop_grace_s: float = STOP_GRACE_S,
+    ) -> None:
+        self.profile = profile
+        self.logs_dir = Path(logs_dir)
+        self.python = python
+        self.served_model_name = served_model_name or profile.model
+        self.stop_grace_s = stop_grace_s
+        self._first_port = port
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.port: int | None = None
+        self.attempts = 0  # launches made by the last start(), >1 after a port clash
+        self.endpoint: Endpoint | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.logs_dir / LOG_NAME
+
+    @property
+    def pid(self) -> int | None:
+        """The supervisor's pid, which is also the process group id of every vLLM process."""
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> Endpoint:
+        if self.endpoint is not None:
+            return self.endpoint
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        choice = resolve_for_model(
+            self.profile.model,
+            load_fallback(self.profile.chat_template),
+            extra_args=self.profile.vllm.extra_args,
+        )
+        template_path = None
+        if choice.text is not None:
+            # A copy next to the log documents exactly what the server was given.
+            path = self.logs_dir / TEMPLATE_NAME
+            path.write_text(choice.text, encoding="utf-8")
+            template_path = str(path)
+
+        deadline = time.monotonic() + self.profile.infra.startup_timeout
+        port = self._first_port or free_port()
+        self.attempts = 0
+        while True:
+            self.attempts += 1
+            if self._launch_and_wait(port, template_path, deadline):
+                break
+            if self.attempts >= BIND_ATTEMPTS:
+                raise self._failure(f"vLLM could not bind a port in {BIND_ATTEMPTS} attempts")
+            self._note(f"port {port} was taken; retrying on another port")
+            port = free_port()
+        self.port = port
+        self.endpoint = Endpoint(
+            base_url=f"http://127.0.0.1:{port}/v1",
+            model=self.served_model_name,
+            headers={},
+            chat_template=choice.provenance,
+        )
+        return self.endpoint
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        self.endpoint = None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)  # the supervisor relays it to vLLM
+                proc.wait(timeout=self.stop_grace_s + 7)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        # Whatever is left (the supervisor itself included, if it hung): no survivors.
+        deadline = time.monotonic() + 10
+        while (members := group_members(proc.pid)) and time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        if members:
+            self._note(f"processes {members} survived SIGKILL")
+        proc.wait()
+
+    # -- startup ------------------------------------------------------------------------
+
+    def _launch_and_wait(self, port: int, template_path: str | None, deadline: float) -> bool:
+        """Start vLLM on ``port``; True once it serves our model, False if the port was taken."""
+        args = vllm_args(
+            self.profile,
+            served_model_name=self.served_model_name,
+            host="127.0.0.1",
+            port=port,
+            chat_template_path=template_path,
+        )
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._spawn(vllm_command(self.python, args))
+        assert self._proc is not None
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(trust_env=False, timeout=5.0) as client:
+            while True:
+                code = self._proc.poll()
+                if code is not None:
+                    self.stop()  # sweep engine processes a crashed API server left behind
+                    if any(err in self._log_since(offset) for err in _BIND_ERRORS):
+                        return False
+                    raise self._failure(f"vLLM exited with code {code} during startup")
+                if self._ready(client, base):
+                    return True
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise self._failure(
+                        f"vLLM did not answer within startup_timeout="
+                        f"{self.profile.infra.startup_timeout}s"
+                    )
+                time.sleep(_POLL_S)
+
+    def _spawn(self, cmd: list[str]) -> None:
+        env = dict(os.environ)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is far larger
+        # A local server on 127.0.0.1 needs no key, and an inherited one would make our own
+        # readiness probe (and every client) fail with 401.
+        env.pop("VLLM_API_KEY", None)
+        self._note(f"$ {' '.join(cmd)}")
+        supervised = [self.python, "-c", _SUPERVISOR, str(os.getpid()), str(self.stop_grace_s)]
+        with self.log_path.open("ab") as log:
+            try:
+                self._proc = subprocess.Popen(
+                    [*supervised, *cmd],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,  # own group: stop() can kill it whole
+                )
+            except OSError as exc:
+                raise ServingError(f"cannot run the vLLM interpreter {self.python}: {exc}") from exc
+
+    def _ready(self, client: httpx.Client, base: str) -> bool:
+        try:
+            if client.get(f"{base}/health").status_code != 200:
+                return False
+            response = client.get(f"{base}/v1/models")
+            if response.status_code != 200:
+                return False
+            return self.served_model_name in [m.get("id") for m in response.json()["data"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return False
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _log_since(self, offset: int) -> str:
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(offset)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _note(self, line: str) -> None:
+        with self.log_path.open("a", encoding="utf-8") as fh:
+            fh.write(f"[pytest-modal-eval] {line}\n")
+
+    def _failure(self, what: str) -> ServingError:
+        return ServingError(
+            f"{what}.\nLog: {self.log_path}\n"
+            f"--- last {LOG_TAIL_LINES} lines ---\n{log_tail(self.log_path)}\n---\n"
+            f"Check: that {self.python} has vLLM, that --model {self.profile.model} exists "
+            f"(a directory, or a Hub id that is cached or reachable), and the vllm.* settings."
+        )

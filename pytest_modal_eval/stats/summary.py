@@ -1,0 +1,527 @@
+"""Noise-aware statistics for eval rewards: a clustered summary and a paired regression test.
+
+Both functions take rewards keyed by example id, so the unit of analysis is the *example*, never
+the single rollout:
+
+- :func:`summarize` reports the mean reward with a cluster-robust standard error and a t interval.
+- :func:`compare_paired` decides whether a run is worse than a stored baseline on the examples
+  both have scored, and lists what flipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy import special
+
+# scipy.special's distribution functions, not scipy.stats: the same numbers from the same
+# library (tests/test_stats.py checks them against scipy.stats and statsmodels), without the
+# ~45 MB that importing scipy.stats adds to every evaluation process.
+
+SOLVED_THRESHOLD = 0.5
+"""An example counts as solved when its mean reward is at least this."""
+
+DIFF_CONFIDENCE = 0.95
+"""Confidence level of :attr:`PairedComparison.diff_ci_low` / ``diff_ci_high``."""
+
+TEST_MCNEMAR = "mcnemar-exact"
+TEST_PAIRED_T = "paired-t"
+
+# Spread below this (relative to the values' magnitude) is float round-off, not variation: scipy
+# would warn about precision loss or divide 0 by 0, so such data is handled as exactly constant.
+_ZERO_SPREAD = 1e-12
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def natural_key(example_id: str) -> tuple[tuple[int, str], ...]:
+    """Sort key that orders numeric runs numerically: ``"2" < "10"``, ``"q2" < "q10"``."""
+    parts = re.split(r"(\d+)", example_id)
+    # Split parts alternate text/number, so position i always holds the same kind; the trailing
+    # raw id breaks ties such as "01" vs "1".
+    key = tuple((int(p), "") if i % 2 else (0, p) for i, p in enumerate(parts))
+    return (*key, (0, example_id))
+
+
+def _plain_decimals(ids: Iterable[str]) -> bool:
+    """True when every id is a decimal number without sign or leading zero that fits int64;
+    such ids sort by ``int`` exactly as by :func:`natural_key`."""
+    return all(
+        i.isascii() and i.isdigit() and (i[0] != "0" or i == "0") and len(i) <= 18 for i in ids
+    )
+
+
+_CHUNK = 8192  # examples per piece when a column is turned into text
+
+
+class ExampleMeans(Mapping[str, float]):
+    """Example id -> mean reward, held as two columns in natural id order.
+
+    A run's or a stored baseline's ids are plain decimal numbers (a dataset's row ids), kept as
+    an int64 array; any other ids are kept as a sorted list of str. Either way it reads like a
+    ``{str id: mean}`` dict in :func:`natural_key` order. At 100,000 examples a dict held
+    ~13 MB of keys and floats where these columns hold 1.6 MB, and comparing two of them
+    intersects arrays instead of building sets of strings.
+    """
+
+    def __init__(self, ids: npt.NDArray[np.int64] | list[str], means: FloatArray) -> None:
+        # Use the constructors: they sort, check lengths and choose the id column's kind.
+        self.ids, self.means = ids, means
+        self._rows: dict[str, int] | None = None
+
+    @classmethod
+    def from_columns(cls, ids: npt.ArrayLike, means: npt.ArrayLike) -> ExampleMeans:
+        """From integer ids (a run's) and their means, in any order."""
+        int_ids = np.asarray(ids, dtype=np.int64)
+        values = np.asarray(means, dtype=np.float64)
+        if int_ids.shape != values.shape or int_ids.ndim != 1:
+            raise ValueError("ids and means must be 1-D and of the same length")
+        if len(int_ids) and int_ids.min() < 0:  # "-3" sorts as text, not as a number
+            return cls.from_pairs([str(i) for i in int_ids.tolist()], values)
+        if np.all(int_ids[1:] > int_ids[:-1]):
+            return cls(int_ids, values)
+        order = np.argsort(int_ids, kind="stable")
+        int_ids = int_ids[order]
+        if np.any(int_ids[1:] == int_ids[:-1]):
+            raise ValueError("example ids must be distinct")
+        return cls(int_ids, values[order])
+
+    @classmethod
+    def from_pairs(cls, ids: list[str], means: npt.ArrayLike) -> ExampleMeans:
+        """From distinct str ids and their means, in any order (``ids`` may be reordered)."""
+        values = np.asarray(means, dtype=np.float64)
+        if len(ids) != len(values) or values.ndim != 1:
+            raise ValueError("ids and means must be 1-D and of the same length")
+        if _plain_decimals(ids):
+            return cls.from_columns(np.fromiter(map(int, ids), np.int64, len(ids)), values)
+        if len(set(ids)) != len(ids):
+            raise ValueError("example ids must be distinct")
+        order = sorted(range(len(ids)), key=lambda row: natural_key(ids[row]))
+        return cls([ids[row] for row in order], values[order])
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, float]) -> ExampleMeans:
+        """``mapping`` itself when it is one already, else its columns."""
+        if isinstance(mapping, ExampleMeans):
+            return mapping
+        return cls.from_pairs(list(mapping), np.fromiter(mapping.values(), np.float64))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[str]:
+        if isinstance(self.ids, list):
+            return iter(self.ids)
+        return (str(i) for i in self.ids.tolist())
+
+    def __getitem__(self, example_id: str) -> float:
+        if self._rows is None:
+            self._rows = {key: row for row, key in enumerate(self)}
+        return float(self.means[self._rows[example_id]])
+
+    def paired_with(
+        self, other: ExampleMeans
+    ) -> tuple[npt.NDArray[np.int64] | list[str], FloatArray, FloatArray]:
+        """The ids both hold (natural order; ints when both sides' are), with this side's and
+        ``other``'s means of them."""
+        if not isinstance(self.ids, list) and not isinstance(other.ids, list):
+            if np.array_equal(self.ids, other.ids):  # the usual case: the same examples
+                return self.ids, self.means, other.means
+            shared, mine, theirs = np.intersect1d(
+                self.ids, other.ids, assume_unique=True, return_indices=True
+            )
+            return shared, self.means[mine], other.means[theirs]
+        rows = {key: row for row, key in enumerate(other)}
+        pairs = [(key, row, rows[key]) for row, key in enumerate(self) if key in rows]
+        shared_ids = [key for key, _, _ in pairs]
+        mine_rows = np.fromiter((row for _, row, _ in pairs), np.intp, len(pairs))
+        theirs_rows = np.fromiter((row for _, _, row in pairs), np.intp, len(pairs))
+        return shared_ids, self.means[mine_rows], other.means[theirs_rows]
+
+    def json_members(self, indent: str) -> list[str]:
+        """The members of a JSON object of these means, one per line as ``json.dumps`` with
+        ``indent`` writes them, in pieces of a few thousand lines (with the ``",\\n"`` between
+        pieces as pieces of their own) for one ``"".join`` -- not one string per line."""
+        if not np.all(np.isfinite(self.means)):
+            raise ValueError("Out of range float values are not JSON compliant")
+        pieces: list[str] = []
+        for start in range(0, len(self.means), _CHUNK):
+            ids = self.ids[start : start + _CHUNK]
+            keys = (
+                map(json.dumps, ids) if isinstance(ids, list) else map('"{}"'.format, ids.tolist())
+            )
+            values = self.means[start : start + _CHUNK].tolist()
+            if pieces:
+                pieces.append(",\n")
+            pieces.append(
+                ",\n".join(
+                    f"{indent}{key}: {value!r}" for key, value in zip(keys, values, strict=True)
+                )
+            )
+        return pieces
+
+
+def _json_float(value: float) -> float | None:
+    # JSON has no NaN; None (null) is the documented stand-in for "undefined".
+    return None if math.isnan(value) else value
+
+
+def _nan_to_none(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: _json_float(v) if isinstance(v, float) else v for k, v in data.items()}
+
+
+def _is_constant(values: FloatArray) -> bool:
+    scale = max(1.0, float(np.max(np.abs(values))))
+    return float(np.ptp(values)) <= _ZERO_SPREAD * scale
+
+
+def _mean(values: Sequence[float]) -> float:
+    """One example's mean reward: math.fsum is accurately rounded and ~30x faster than np.mean
+    on a short list (100,000 examples: 0.37 s -> 0.01 s). inf - inf is NaN, as np.mean gives."""
+    try:
+        return math.fsum(values) / len(values)
+    except (ValueError, OverflowError):
+        return math.nan
+
+
+class ExampleRewards(Mapping[str, Sequence[float]]):
+    """Rewards of examples that all have the same number of rollouts, held in two arrays.
+
+    ``ids[i]`` is an example id and ``rewards[i]`` its rollouts' rewards, in rollout order.
+    As a mapping it reads like ``{str(id): [reward, ...]}`` in ``ids`` order, but a run of
+    100,000 examples holds 16 bytes per single-rollout example here where a dict of lists
+    with str keys held ~200 (~20 MB at the end of every such run). :func:`summarize` and
+    :meth:`pytest_modal_eval.judge.baseline.Baseline.from_rewards` read the arrays directly.
+    """
+
+    def __init__(self, ids: npt.ArrayLike, rewards: npt.ArrayLike) -> None:
+        self.ids: npt.NDArray[np.int64] = np.asarray(ids, dtype=np.int64)
+        self.rewards: FloatArray = np.asarray(rewards, dtype=np.float64)
+        if self.ids.ndim != 1 or self.rewards.ndim != 2 or len(self.rewards) != len(self.ids):
+            raise ValueError("ids must be 1-D and rewards 2-D with one row per id")
+        if self.rewards.shape[1] < 1:
+            raise ValueError("every example needs at least one rollout")
+        # Ids in increasing order (a run's usually are) are distinct without sorting a copy.
+        if not np.all(self.ids[1:] > self.ids[:-1]) and len(np.unique(self.ids)) != len(self.ids):
+            raise ValueError("example ids must be distinct")
+        self._rows: dict[str, int] | None = None
+
+    @classmethod
+    def empty(cls) -> ExampleRewards:
+        return cls(np.empty(0, np.int64), np.empty((0, 1)))
+
+    @property
+    def rollouts(self) -> int:
+        return int(self.rewards.shape[1])
+
+    def means(self) -> FloatArray:
+        """Each example's mean reward, exactly as :func:`summarize` computes it."""
+        if self.rollouts == 1:  # fsum([x]) / 1 is x: a read-only view, not a copy
+            column = self.rewards[:, 0]
+            column.flags.writeable = False
+            return column
+        return np.fromiter((_mean(row) for row in self.rewards), np.float64, len(self.ids))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return (str(example_id) for example_id in self.ids.tolist())
+
+    def __getitem__(self, example_id: str) -> list[float]:
+        if self._rows is None:
+            self._rows = {key: row for row, key in enumerate(self)}
+        rewards: list[float] = self.rewards[self._rows[example_id]].tolist()
+        return rewards
+
+
+def _check_finite(name: str, values: FloatArray) -> None:
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{name} contains NaN or infinite rewards")
+
+
+def _check_probability(name: str, value: float) -> None:
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{name} must be strictly between 0 and 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RewardSummary:
+    """Mean reward over examples with a cluster-robust standard error and t interval.
+
+    ``stderr``, ``ci_low`` and ``ci_high`` are NaN when there is a single example (no spread to
+    estimate); :meth:`to_dict` turns NaN into ``None`` so the result is valid JSON.
+    """
+
+    mean: float
+    stderr: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    n_examples: int
+    n_rollouts: int
+    rollouts_per_example: int
+    interval: str = "t"  # "t", or "wilson" for single 0/1 rollouts
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict; undefined (NaN) figures become ``None``."""
+        return _nan_to_none(asdict(self))
+
+
+def summarize(
+    per_example: Mapping[str, Sequence[float]] | ExampleRewards,
+    confidence: float = 0.95,
+    *,
+    bounds: tuple[float, float] | None = None,
+) -> RewardSummary:
+    """Summarize rewards given as example id -> rewards of that example's rollouts.
+
+    Why clustering matters: the r rollouts of one example share its difficulty, so they are
+    correlated (an easy item is solved by most rollouts, a hard one by few). Treating all n*r
+    rollouts as independent divides the spread by sqrt(n*r) and understates the standard error by
+    up to sqrt(r). Here each example is one observation -- its mean reward -- so ``mean`` weighs
+    every example equally and ``stderr = sd(example means, ddof=1) / sqrt(n)``. For a balanced
+    design this is exactly the CR1 cluster-robust standard error of the mean (examples as
+    clusters); extra rollouts still help by making each example's mean less noisy.
+
+    When every example has one rollout scored 0 or 1, the interval is the Wilson score interval
+    of the proportion (``interval == "wilson"``). Otherwise it is a t interval with n-1 degrees
+    of freedom around ``mean``. The t interval is *not* clipped
+    to the observed rewards: the observed range is itself a sample statistic, and the true mean can
+    lie outside it (all ten examples solved does not make 1.0 the only plausible accuracy). Pass
+    ``bounds`` -- the range rewards can take *by construction*, e.g. ``(0.0, 1.0)`` -- to clip to
+    it; that is safe because intersecting an interval with a set that surely holds the true mean
+    never lowers its coverage. When every example has the same mean the interval collapses to that
+    value: it means "no spread observed", not certainty.
+
+    Raises ``ValueError`` for no examples, an example without rollouts, or non-finite rewards.
+    """
+    _check_probability("confidence", confidence)
+    if bounds is not None and not bounds[0] <= bounds[1]:
+        raise ValueError(f"bounds must be (low, high) with low <= high, got {bounds!r}")
+    if not per_example:
+        raise ValueError("cannot summarize rewards of zero examples")
+    if isinstance(per_example, ExampleRewards):
+        # Columns already: no per-example Python objects (100,000 examples at a run's end).
+        means = per_example.means()
+        n_rollouts = per_example.rewards.size
+        most_rollouts = per_example.rollouts
+    else:
+        empty = [example_id for example_id, rewards in per_example.items() if len(rewards) == 0]
+        if empty:
+            raise ValueError(f"examples without any rollout: {sorted(empty, key=natural_key)[:5]}")
+        means = np.array([_mean(rewards) for rewards in per_example.values()], dtype=np.float64)
+        counts = [len(rewards) for rewards in per_example.values()]
+        n_rollouts, most_rollouts = sum(counts), max(counts)
+    _check_finite("per_example", means)
+    n = len(means)
+    mean = float(np.mean(means))
+
+    interval = "t"
+    if most_rollouts == 1 and _is_binary(means):  # every example has one rollout (none has 0)
+        # Pass/fail per example: the Wilson score interval keeps its coverage near 0 and 1,
+        # where a t interval collapses (200 of 200 solved is not certainty of 1.0).
+        interval = "wilson"
+        stderr = _sem(means) if n > 1 else math.nan
+        ci_low, ci_high = _wilson(int(means.sum()), n, confidence)
+    elif n == 1:
+        stderr = ci_low = ci_high = math.nan
+    elif _is_constant(means):
+        stderr, ci_low, ci_high = 0.0, mean, mean
+    else:
+        stderr = _sem(means)
+        half = _t_quantile(confidence, n - 1) * stderr
+        ci_low, ci_high = mean - half, mean + half
+        if bounds is not None:
+            ci_low, ci_high = max(ci_low, bounds[0]), min(ci_high, bounds[1])
+
+    return RewardSummary(
+        mean=mean,
+        stderr=stderr,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        confidence=confidence,
+        n_examples=n,
+        n_rollouts=n_rollouts,
+        rollouts_per_example=most_rollouts,
+        interval=interval,
+    )
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """A run compared with a baseline on the examples both scored.
+
+    ``diff`` is ``run_mean - baseline_mean``; ``p_value`` is one-sided for "run is worse".
+    Undefined figures (NaN) become ``None`` in :meth:`to_dict`.
+    """
+
+    test: str
+    n_shared: int
+    baseline_mean: float
+    run_mean: float
+    diff: float
+    diff_ci_low: float
+    diff_ci_high: float
+    p_value: float
+    alpha: float
+    max_drop: float
+    regressed: bool
+    solved_to_missed: list[str] = field(default_factory=list)
+    missed_to_solved: list[str] = field(default_factory=list)
+    only_in_baseline: int = 0
+    only_in_run: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict; undefined (NaN) figures become ``None``."""
+        return _nan_to_none(asdict(self))
+
+
+def _is_binary(values: FloatArray) -> bool:
+    return bool(np.all((values == 0.0) | (values == 1.0)))
+
+
+def _mcnemar_p(n_solved_to_missed: int, n_missed_to_solved: int) -> float:
+    # Exact McNemar: under H0 each discordant pair is equally likely to go either way, so the
+    # count of solved->missed among them is Binomial(b + c, 1/2); "worse" means that count is high.
+    discordant = n_solved_to_missed + n_missed_to_solved
+    if discordant == 0:
+        return 1.0
+    if n_solved_to_missed == 0:
+        return 1.0
+    # P(X >= b) = P(X > b - 1) for X ~ Binomial(b + c, 1/2).
+    return float(special.bdtrc(n_solved_to_missed - 1, discordant, 0.5))
+
+
+def _paired_t(run: FloatArray, base: FloatArray) -> tuple[float, float, float]:
+    """One-sided p (H1: run < base) and the two-sided t interval of mean(run - base)."""
+    diffs = run - base
+    if len(diffs) == 1:
+        return math.nan, math.nan, math.nan
+    if _is_constant(diffs):
+        # Zero spread: the t statistic is +-inf (every example moved by the same amount) or 0/0
+        # (nothing moved, no evidence of a drop).
+        shift = float(np.mean(diffs))
+        p = 0.0 if shift < -_ZERO_SPREAD else 1.0
+        return p, shift, shift
+    # The paired t statistic's lower tail is the one-sided p; the interval is two-sided.
+    df = len(diffs) - 1
+    mean, stderr = float(np.mean(diffs)), _sem(diffs)
+    half = _t_quantile(DIFF_CONFIDENCE, df) * stderr
+    return float(special.stdtr(df, mean / stderr)), mean - half, mean + half
+
+
+def _sem(values: FloatArray) -> float:
+    """Standard error of the mean (sample standard deviation, ddof=1)."""
+    return float(np.std(values, ddof=1)) / math.sqrt(len(values))
+
+
+def _t_quantile(confidence: float, df: int) -> float:
+    """Half-width multiplier of a two-sided t interval at ``confidence``."""
+    return float(special.stdtrit(df, 0.5 + confidence / 2))
+
+
+def _wilson(successes: int, n: int, confidence: float) -> tuple[float, float]:
+    """Wilson score interval of a proportion (no continuity correction)."""
+    z = float(special.ndtri(0.5 + confidence / 2))
+    p = successes / n
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def compare_paired(
+    baseline: Mapping[str, float],
+    run: Mapping[str, float],
+    *,
+    baseline_binary_single: bool,
+    run_binary_single: bool,
+    alpha: float = 0.05,
+    max_drop: float = 0.0,
+) -> PairedComparison:
+    """Test whether ``run`` is worse than ``baseline`` over the example ids they share.
+
+    Inputs are per-example *mean* rewards. The comparison is paired because both sides score the
+    same examples: example difficulty is shared, so testing per-example differences removes it
+    and is far more sensitive than comparing two independent means (an unpaired test on paired
+    data can report p=0.08 where McNemar gives p=0.008).
+
+    Test selection:
+
+    - both sides 0/1 rewards with one rollout per example (``*_binary_single``): exact McNemar,
+      i.e. a binomial test on the discordant pairs. Exact, so valid for few flips.
+    - otherwise: a one-sided paired t-test on per-example means.
+      Chosen over a paired bootstrap because per-example means are bounded and eval sets have
+      dozens to thousands of examples, where the t distribution of the mean difference is
+      accurate; it is deterministic without a seed, its interval matches its test, and a
+      percentile bootstrap under-covers at exactly the small n where the choice matters.
+
+    One-sided (H1: run is worse) because the gate asks a directional question -- did this change
+    make things worse? A two-sided test would spend half of ``alpha`` on improvements, which never
+    fail the gate, and so lose power against real regressions.
+
+    ``regressed`` is ``p_value < alpha and -diff > max_drop``: significant *and* larger than the
+    drop you tolerate. An improvement (``diff >= 0``) never regresses. ``diff_ci_low/high`` is
+    the two-sided 95% t interval of the mean paired difference for both tests.
+
+    Raises ``ValueError`` when no id is shared, rewards are not finite, a ``*_binary_single``
+    side holds values other than 0/1, or ``alpha``/``max_drop`` are out of range.
+    """
+    _check_probability("alpha", alpha)
+    if not (math.isfinite(max_drop) and max_drop >= 0.0):
+        raise ValueError(f"max_drop must be a finite number >= 0, got {max_drop!r}")
+    shared, base, new = ExampleMeans.of(baseline).paired_with(ExampleMeans.of(run))
+    if len(shared) == 0:
+        raise ValueError(
+            f"baseline ({len(baseline)} examples) and run ({len(run)} examples) share no "
+            "example id; were they made from different datasets or id schemes?"
+        )
+    _check_finite("baseline", base)
+    _check_finite("run", new)
+    for name, flag, values in (
+        ("baseline", baseline_binary_single, base),
+        ("run", run_binary_single, new),
+    ):
+        if flag and not _is_binary(values):
+            raise ValueError(f"{name}_binary_single=True but {name} has rewards other than 0/1")
+
+    base_solved = base >= SOLVED_THRESHOLD
+    new_solved = new >= SOLVED_THRESHOLD
+    solved_to_missed = [str(shared[j]) for j in np.flatnonzero(base_solved & ~new_solved).tolist()]
+    missed_to_solved = [str(shared[j]) for j in np.flatnonzero(~base_solved & new_solved).tolist()]
+
+    if baseline_binary_single and run_binary_single:
+        test = TEST_MCNEMAR
+        p_value = _mcnemar_p(len(solved_to_missed), len(missed_to_solved))
+        _, ci_low, ci_high = _paired_t(new, base)
+    else:
+        test = TEST_PAIRED_T
+        p_value, ci_low, ci_high = _paired_t(new, base)
+
+    diff = float(np.mean(new) - np.mean(base))
+    return PairedComparison(
+        test=test,
+        n_shared=len(shared),
+        baseline_mean=float(np.mean(base)),
+        run_mean=float(np.mean(new)),
+        diff=diff,
+        diff_ci_low=ci_low,
+        diff_ci_high=ci_high,
+        p_value=p_value,
+        alpha=alpha,
+        max_drop=max_drop,
+        # NaN < alpha is False, so an undefined test (one shared example) never regresses.
+        regressed=bool(p_value < alpha and -diff > max_drop),
+        solved_to_missed=solved_to_missed,
+        missed_to_solved=missed_to_solved,
+        only_in_baseline=len(baseline) - len(shared),
+        only_in_run=len(run) - len(shared),
+    )
