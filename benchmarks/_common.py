@@ -243,7 +243,7 @@ def vllm_server(logs_dir: Path, *, isolate: bool = False) -> Iterator[str]:
 
 @contextlib.contextmanager
 def proxy_process(upstream: str, log_path: Path) -> Iterator[str]:
-    """The plugin's proxy, standalone (``python -m pytest_modal_eval.serving.modal.redirect_proxy``)."""
+    """The plugin's redirect proxy, standalone (``python -m`` its module)."""
     command = [
         PYTHON,
         "-m",

@@ -20,9 +20,10 @@ from typing import Any
 from benchmarks._common import MAX_TOKENS, MODEL_NAME, SYSTEM_PROMPT
 from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.config.schema import EvalConfig
+from pytest_modal_eval.serving.endpoint import Endpoint
 
 
-def _verifiers_default_client(endpoint: verifiers_adapter.Endpoint, **options: Any) -> Any:
+def _verifiers_default_client(endpoint: Endpoint, **options: Any) -> Any:
     """The adapter's client before it built its own: verifiers' ClientConfig (httpx pool)."""
     import verifiers as vf
     from verifiers.clients import resolve_client
@@ -41,7 +42,7 @@ def _verifiers_default_client(endpoint: verifiers_adapter.Endpoint, **options: A
     )
 
 
-def _sdk_client(endpoint: verifiers_adapter.Endpoint, **options: Any) -> Any:
+def _sdk_client(endpoint: Endpoint, **options: Any) -> Any:
     """The adapter's client before DirectOpenAI: verifiers' client on the bare AsyncOpenAI."""
     client = _direct_client(endpoint, **options)
     client._client = client.client._sdk
@@ -80,7 +81,7 @@ def main() -> None:
         verifiers_adapter.run_examples(
             env,
             rows,
-            endpoint=verifiers_adapter.Endpoint(f"{args.base_url}/v1", MODEL_NAME),
+            endpoint=Endpoint(f"{args.base_url}/v1", MODEL_NAME),
             sampling_args={"temperature": 0.0, "top_p": 1.0, "max_tokens": MAX_TOKENS, "seed": 0},
             rollouts=1,
             max_concurrent_requests=args.concurrency,

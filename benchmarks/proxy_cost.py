@@ -1,10 +1,11 @@
 """Proxy cost: added latency per request and maximum requests/s, through the proxy vs direct.
 
-The upstream is ``tests/support/openai_server.py`` (answers at once), so what is measured is
-the proxy's own cost. The proxy is the plugin's (``python -m pytest_modal_eval.serving.modal.redirect_proxy``, the
-same ``ModalProxy`` the Modal backend runs in a thread), logging one line per request as in
-use. An aiohttp client sends the same chat request (a) one at a time, for latency, and (b) with
-256 in flight, for maximum throughput; direct and proxied runs alternate, medians of the rounds.
+The upstream is ``tests/support/openai_server.py`` (answers at once), so what is measured is the
+proxy's own cost. The proxy is the plugin's (``python -m
+pytest_modal_eval.serving.modal.redirect_proxy``, the same ``ModalProxy`` the Modal backend runs in
+a thread), logging one line per request as in use. An aiohttp client sends the same chat request (a)
+one at a time, for latency, and (b) with 256 in flight, for maximum throughput; direct and proxied
+runs alternate, medians of the rounds.
 
 Note the client, the proxy and the upstream share this machine's cores: on a small machine the
 proxy's CPU is taken from the upstream, which is the pessimistic case.

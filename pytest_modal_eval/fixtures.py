@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_modal_eval.client.verifiers_adapter import Endpoint
+    from pytest_modal_eval.serving.endpoint import Endpoint
 
 
 @pytest.fixture(scope="session")
@@ -26,10 +26,11 @@ def eval_endpoint(pytestconfig: pytest.Config) -> Callable[..., Endpoint]:
                                    default_headers=dict(endpoint.headers))
             reply = client.chat.completions.create(model=endpoint.model, messages=[...])
     """
-    from pytest_modal_eval.collect.items import SESSION_KEY
+    from pytest_modal_eval.collect.session import SESSION_KEY
     from pytest_modal_eval.config.loader import Benchmark, load_benchmark
     from pytest_modal_eval.config.schema import BenchmarkConfig
-    from pytest_modal_eval.serving.deployments import ServerRequest, endpoint_source
+    from pytest_modal_eval.serving.deployments import endpoint_source
+    from pytest_modal_eval.serving.endpoint import ServerRequest
 
     session = pytestconfig.stash[SESSION_KEY]
 

@@ -10,8 +10,8 @@ import pytest
 def pytest_modal_eval_finished(item: pytest.Item, outcome: Any, verdict: Any) -> None:
     """Called on the process that ran a benchmark, after its gate was judged.
 
-    ``outcome`` is a :class:`pytest_modal_eval.runs.evaluation.RunOutcome` (run directory,
-    summary statistics, errored examples), ``verdict`` a :class:`pytest_modal_eval.judge.gate.Verdict`.
+    ``outcome`` is a :class:`pytest_modal_eval.RunOutcome` (run directory, summary
+    statistics, errored examples), ``verdict`` a :class:`pytest_modal_eval.Verdict`.
     Use it to publish results, e.g. in ``conftest.py``::
 
         def pytest_modal_eval_finished(item, outcome, verdict):

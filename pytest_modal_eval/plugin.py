@@ -9,8 +9,9 @@ import pytest
 
 from pytest_modal_eval import fixtures
 from pytest_modal_eval.collect.example_reports import PassedExampleReports
-from pytest_modal_eval.collect.items import SESSION_KEY, BenchmarkFile, is_benchmark_file
-from pytest_modal_eval.collect.session import EvalSession
+from pytest_modal_eval.collect.item_run import BenchmarkRunner
+from pytest_modal_eval.collect.items import RUNNER_KEY, BenchmarkFile, is_benchmark_file
+from pytest_modal_eval.collect.session import SESSION_KEY, EvalSession
 from pytest_modal_eval.config.options import add_options, resolve_settings
 from pytest_modal_eval.report.terminal import SummaryCollector
 from pytest_modal_eval.serving.deployments import (
@@ -41,6 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_path_options(config)
     config.stash[SESSION_KEY] = EvalSession(config, settings)
     config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
+    config.stash[RUNNER_KEY] = BenchmarkRunner(config.stash[SESSION_KEY])
     config.pluginmanager.register(PassedExampleReports(config), "modal_eval_passed_reports")
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
@@ -84,7 +86,7 @@ def _check_modal_credentials() -> None:
     """Fail before collection, without network, when Modal cannot be used from here."""
     import os
 
-    from pytest_modal_eval.serving.endpoint import ServingError
+    from pytest_modal_eval.exceptions import ServingError
     from pytest_modal_eval.serving.modal.backend import check_modal_token, upstream_headers
 
     try:

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_modal_eval.judge.baseline import Baseline, BaselineError
+from pytest_modal_eval.exceptions import BaselineError
+from pytest_modal_eval.judge.baseline import Baseline
 from pytest_modal_eval.stats.summary import ExampleRewards, compare_paired
 
 CONFTEST = """

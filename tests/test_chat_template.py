@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.serving import chat_template as ct
-from pytest_modal_eval.serving.endpoint import ServingError
 
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},

@@ -36,6 +36,7 @@ from pytest_modal_eval.client.direct_client import (
     sdk_proxy,
     should_retry,
 )
+from pytest_modal_eval.serving.endpoint import Endpoint
 from pytest_modal_eval.serving.endpoint_check import EndpointChecker, on_loopback
 from tests.support.forward_proxy import ForwardProxy, clear_proxy_env
 from tests.support.threaded_app import ThreadedApp
@@ -389,7 +390,7 @@ def test_loopback_endpoints_never_go_through_the_environment_proxy(
     async def scenario() -> tuple[Any, Any, list[Seen]]:
         server = ScriptedServer([Answer()])
         url = await server.__aenter__()
-        endpoint = verifiers_adapter.Endpoint(url, "m", None)
+        endpoint = Endpoint(url, "m", None)
         client = verifiers_adapter.chat_client(
             endpoint, request_timeout=5, max_retries=0, max_connections=4
         ).client

@@ -30,8 +30,9 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
+from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.serving.chat_template import TEMPLATES_DIR, sha256_text
-from pytest_modal_eval.serving.endpoint import Endpoint, ServerProfile, ServingError
+from pytest_modal_eval.serving.endpoint import Endpoint, ServerProfile
 from pytest_modal_eval.serving.vllm.local import LocalVllmServer
 from tests.support import vllm_check
 
@@ -176,7 +177,7 @@ def shared(
 def test_starts_and_answers_a_chat_completion(shared: Shared) -> None:
     endpoint = shared.endpoint
     assert endpoint.base_url == f"http://127.0.0.1:{shared.server.port}/v1"
-    assert endpoint.model == SERVED and endpoint.headers == {}
+    assert endpoint.model == SERVED and endpoint.headers == ()
     models = httpx.get(f"{endpoint.base_url}/models", trust_env=False).json()
     assert [m["id"] for m in models["data"]] == [SERVED]
     response = chat(endpoint)

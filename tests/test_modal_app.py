@@ -29,8 +29,9 @@ from modal._utils.name_utils import is_valid_object_name
 from modal_proto import api_pb2
 
 from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
+from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.serving.chat_template import TEMPLATES_DIR, log_line
-from pytest_modal_eval.serving.endpoint import ServerProfile, ServingError
+from pytest_modal_eval.serving.endpoint import ServerProfile
 from pytest_modal_eval.serving.modal import app as modal_app
 from pytest_modal_eval.serving.modal.app import DeploySpec
 from pytest_modal_eval.serving.modal.backend import ModalServer
@@ -276,7 +277,8 @@ import time
 from pathlib import Path
 from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 from pytest_modal_eval.serving.modal.backend import ModalServer
-from pytest_modal_eval.serving.endpoint import ServerProfile, ServingError
+from pytest_modal_eval.exceptions import ServingError
+from pytest_modal_eval.serving.endpoint import ServerProfile
 profile = ServerProfile(
     "modal", "org/model", InfraConfig.model_validate({{}}), VllmConfig.model_validate({{}}), None
 )
@@ -486,7 +488,7 @@ def test_start_through_the_proxy(
     try:
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", endpoint.base_url)
         assert endpoint.model == "qwen"
-        assert endpoint.headers == {}  # secrets stay in the proxy
+        assert endpoint.headers == ()  # secrets stay in the proxy
         assert endpoint.chat_template == provenance  # read back from the container's log line
         assert server.start() is endpoint
         response = httpx.get(f"{endpoint.base_url}/models", trust_env=False)

@@ -11,6 +11,7 @@ import verifiers as vf
 from datasets import Dataset
 
 from pytest_modal_eval.client import verifiers_adapter
+from pytest_modal_eval.serving.endpoint import Endpoint
 from tests.conftest import FakeServer, arithmetic_rows
 
 
@@ -77,7 +78,7 @@ def scores(env: Any, server: FakeServer, rollouts: int = 2) -> dict[int, list[An
         verifiers_adapter.run_examples(
             env,
             verifiers_adapter.dataset_rows(env, None),
-            endpoint=verifiers_adapter.Endpoint(f"{server.url}/v1", "test-model"),
+            endpoint=Endpoint(f"{server.url}/v1", "test-model"),
             sampling_args={"temperature": 0.0, "max_tokens": 32},
             rollouts=rollouts,
             max_concurrent_requests=4,

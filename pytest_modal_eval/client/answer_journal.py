@@ -37,7 +37,6 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-FILENAME = "answers.journal"
 #: Rewrite the file once this many bytes belong to finished examples (and most of it does).
 COMPACT_AFTER_BYTES = 8 * 2**20
 

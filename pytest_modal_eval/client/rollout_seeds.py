@@ -21,6 +21,11 @@ import contextvars
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+#: State columns verifiers hands back with each rollout's output: the rollout index its seed
+#: came from, and how long its requests waited for a free request slot.
+ROLLOUT_COLUMN = "pytest_modal_eval_rollout"
+SLOT_WAIT_COLUMN = "pytest_modal_eval_slot_wait_s"
+
 #: The rollouts of the group the current task runs (set by the adapter's worker).
 current_group: contextvars.ContextVar[GroupRollouts | None] = contextvars.ContextVar(
     "pytest_modal_eval_group", default=None

@@ -1,8 +1,8 @@
 """verifiers' chat client, asking with each rollout's own seed (see :mod:`.rollout_seeds`).
 
 It also notes in each rollout's state which rollout index it is and how long its requests
-waited for a free request slot (:data:`~pytest_modal_eval.client.verifiers_adapter.ROLLOUT_COLUMN`,
-:data:`~pytest_modal_eval.client.verifiers_adapter.SLOT_WAIT_COLUMN`); both come back with the rollout's output
+waited for a free request slot (:data:`~.rollout_seeds.ROLLOUT_COLUMN`,
+:data:`~.rollout_seeds.SLOT_WAIT_COLUMN`); both come back with the rollout's output
 as state columns. Imported when a run starts (it pulls in verifiers).
 """
 
@@ -13,8 +13,12 @@ from typing import Any
 from verifiers.clients import OpenAIChatCompletionsClient
 
 from pytest_modal_eval.client.direct_client import slot_waits
-from pytest_modal_eval.client.rollout_seeds import current_group, seeded
-from pytest_modal_eval.client.verifiers_adapter import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN
+from pytest_modal_eval.client.rollout_seeds import (
+    ROLLOUT_COLUMN,
+    SLOT_WAIT_COLUMN,
+    current_group,
+    seeded,
+)
 
 
 class SeededChatClient(OpenAIChatCompletionsClient):  # type: ignore[misc]

@@ -15,12 +15,18 @@ import inspect
 import math
 from array import array
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
-from pytest_modal_eval.client.rollout_seeds import GroupRollouts, current_group
+from pytest_modal_eval.client.rollout_seeds import (
+    ROLLOUT_COLUMN,
+    SLOT_WAIT_COLUMN,
+    GroupRollouts,
+    current_group,
+)
+from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
+from pytest_modal_eval.serving.endpoint import Endpoint
 
 #: Environments shipped with the plugin, resolved without a separate installation.
 BUNDLED = {"file-qa": "pytest_modal_eval.envs.file_qa"}
@@ -32,20 +38,6 @@ INSTALL_HINT = (
     "--extra-index-url https://hub.primeintellect.ai/primeintellect/simple/` "
     "(any package that makes the module `{module}` importable works)"
 )
-
-
-class EnvironmentError_(Exception):
-    """An environment that cannot be loaded; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where the evaluation sends requests."""
-
-    base_url: str
-    model: str
-    api_key_env: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 def module_name(env_id: str) -> str:
@@ -78,7 +70,7 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> A
     else:
         problem = missing_environment(env_id)
         if problem:
-            raise EnvironmentError_(problem)
+            raise EnvironmentLoadError(problem)
         env = _call_loader(env_id, lambda **kw: vf.load_environment(env_id, **kw), args)
     pin_signatures(env)
     return env
@@ -114,16 +106,16 @@ def _call_loader(env_id: str, loader: Callable[..., Any], args: dict[str, Any]) 
     try:
         return loader(**args)
     except TypeError as exc:
-        raise EnvironmentError_(f"environment {env_id!r} rejected env_args: {exc}") from None
+        raise EnvironmentLoadError(f"environment {env_id!r} rejected env_args: {exc}") from None
     except ValueError as exc:  # FileQAError and environments' own argument checks
-        raise EnvironmentError_(str(exc)) from None
+        raise EnvironmentLoadError(str(exc)) from None
 
 
 def dataset_rows(env: Any, num_examples: int | None) -> EvalRows:
     """The evaluation dataset as plain rows (``example_id``, ``prompt``, ``answer``, ...)."""
     dataset = env.get_eval_dataset()
     if dataset is None:
-        raise EnvironmentError_("the environment has no evaluation dataset")
+        raise EnvironmentLoadError("the environment has no evaluation dataset")
     if num_examples is not None:
         dataset = dataset.select(range(min(num_examples, len(dataset))))
     return EvalRows(dataset)
@@ -171,8 +163,6 @@ ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
 
 #: State columns each rollout's output carries (see :mod:`.seeded_client`): its rollout index,
 #: and the seconds its requests waited for a free request slot (``eval.prefetch``).
-ROLLOUT_COLUMN = "pytest_modal_eval_rollout"
-SLOT_WAIT_COLUMN = "pytest_modal_eval_slot_wait_s"
 
 
 async def run_examples(
@@ -327,10 +317,6 @@ def _http() -> Any:
 
         return httpx
     return httpx2
-
-
-class RunAborted(Exception):
-    """The run was stopped early; finished examples are already recorded."""
 
 
 async def _close(client: Any) -> None:

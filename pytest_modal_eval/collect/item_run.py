@@ -15,26 +15,24 @@ import pytest
 
 from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.collect.example_reports import PassedExampleLog
-from pytest_modal_eval.collect.items import BenchmarkItem, EvalProblem
+from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.collect.session import EvalSession
-from pytest_modal_eval.judge.baseline import (
-    Baseline,
+from pytest_modal_eval.exceptions import (
     BaselineError,
-    StoredBaseline,
-    check_baseline,
-    read_stored,
+    EndpointError,
+    EnvironmentLoadError,
+    EvalProblem,
+    RunAborted,
+    ServerStartError,
 )
-from pytest_modal_eval.judge.gate import describe_comparison, describe_score, judge
-from pytest_modal_eval.report.terminal import PROPERTY_PREFIX, fmt, record_properties
+from pytest_modal_eval.judge.baseline import Baseline, StoredBaseline, check_baseline, read_stored
+from pytest_modal_eval.judge.gate import judge
+from pytest_modal_eval.report.format import describe_comparison, describe_score, fmt
+from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.evaluation import BenchmarkRun, ExampleResult, RunOutcome, RunRequest
-from pytest_modal_eval.serving.deployments import (
-    EndpointInfo,
-    ServerRequest,
-    ServerStartError,
-    endpoint_source,
-)
-from pytest_modal_eval.serving.endpoint_check import EndpointError
+from pytest_modal_eval.serving.deployments import endpoint_source
+from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
 from pytest_modal_eval.stats.summary import PairedComparison, compare_paired
 
 
@@ -80,7 +78,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     )
     try:
         run = BenchmarkRun(run_request)
-    except verifiers_adapter.EnvironmentError_ as exc:
+    except EnvironmentLoadError as exc:
         raise EvalProblem(f"{item.path}: {exc}") from None
     if run.finished_without_server() is not None:
         item.stash[PREPARED_KEY] = Prepared(run, None, stored)
@@ -131,7 +129,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
 
     try:
         outcome = run.run(prepared.endpoint, on_example)
-    except verifiers_adapter.RunAborted as exc:
+    except RunAborted as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     finally:
         del run, prepared  # the environment and its dataset: garbage from here (see below)
@@ -200,3 +198,19 @@ def failure_message(item: BenchmarkItem, outcome: RunOutcome, reasons: list[str]
     )
     lines.append(f"  run: {outcome.run_dir}")
     return "\n".join(lines)
+
+
+class BenchmarkRunner:
+    """The :class:`~pytest_modal_eval.collect.items.ItemRunner` of this process's items."""
+
+    def __init__(self, session: EvalSession) -> None:
+        self.session = session
+
+    def prepare(self, item: BenchmarkItem) -> None:
+        prepare(self.session, item)
+
+    def evaluate(self, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
+        evaluate(self.session, item, subtests, snapshot)
+
+    def release(self, item: BenchmarkItem) -> None:
+        release(item)

@@ -10,19 +10,36 @@ from __future__ import annotations
 import fnmatch
 import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
+
+from pytest_modal_eval.collect.session import SESSION_KEY
+from pytest_modal_eval.exceptions import EvalProblem
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
-    from pytest_modal_eval.collect.session import EvalSession
     from pytest_modal_eval.config.loader import Benchmark
 
 
-class EvalProblem(Exception):
-    """A user-facing failure: reported as its message, without a traceback."""
+class ItemRunner(Protocol):
+    """Does a benchmark item's work (:class:`pytest_modal_eval.collect.item_run.BenchmarkRunner`).
+
+    Items reach it through :data:`RUNNER_KEY`, so collection does not import the evaluation.
+    """
+
+    def prepare(self, item: BenchmarkItem) -> None:
+        """The item's setup: checks, the run it continues, then its endpoint."""
+
+    def evaluate(self, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
+        """The call: every example as a subtest, then the gate."""
+
+    def release(self, item: BenchmarkItem) -> None:
+        """The teardown: drops what setup prepared, if the call did not take it."""
+
+
+RUNNER_KEY = pytest.StashKey[ItemRunner]()
 
 
 def is_benchmark_file(path: Path, config: pytest.Config, explicit: bool) -> bool:
@@ -48,7 +65,7 @@ class BenchmarkFile(pytest.Module):
     def collect(self) -> list[pytest.Item]:
         from pytest_modal_eval.config.loader import load_benchmark
 
-        session: EvalSession = self.config.stash[SESSION_KEY]
+        session = self.config.stash[SESSION_KEY]
         benchmark = load_benchmark(self.path, list(session.settings.overrides))
         for tag in ("eval", *benchmark.config.tags):
             _register_marker(self.config, tag)
@@ -61,7 +78,7 @@ class BenchmarkFile(pytest.Module):
         return [item]
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
-        from pytest_modal_eval.config.loader import BenchmarkError
+        from pytest_modal_eval.exceptions import BenchmarkError
 
         if isinstance(excinfo.value, BenchmarkError):
             return str(excinfo.value)
@@ -80,7 +97,7 @@ def _register_marker(config: pytest.Config, name: str) -> None:
 def _evaluate(request: pytest.FixtureRequest, subtests: Any, snapshot: Any) -> None:
     item = request.node
     assert isinstance(item, BenchmarkItem)
-    item.session_plugin.evaluate(item, subtests, snapshot)
+    item.runner.evaluate(item, subtests, snapshot)
 
 
 class BenchmarkItem(pytest.Function):
@@ -91,18 +108,18 @@ class BenchmarkItem(pytest.Function):
         self.benchmark = benchmark
 
     @property
-    def session_plugin(self) -> EvalSession:
-        return self.config.stash[SESSION_KEY]
+    def runner(self) -> ItemRunner:
+        return self.config.stash[RUNNER_KEY]
 
     def setup(self) -> None:
         super().setup()
         # Errors here are *errors* (not skips): a gate must never go green by not running.
-        self.session_plugin.prepare(self)
+        self.runner.prepare(self)
 
     def teardown(self) -> None:
         # What setup prepared for a call that never came (--setup-only, a failure in another
         # fixture) is not kept for the rest of the session.
-        self.session_plugin.release(self)
+        self.runner.release(self)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, 0, f"benchmark {self.benchmark.name} ({self.benchmark.config.env_id})"
@@ -119,6 +136,3 @@ class BenchmarkItem(pytest.Function):
         if isinstance(excinfo.value, EvalProblem):
             return str(excinfo.value)
         return super()._repr_failure_py(excinfo, style)
-
-
-SESSION_KEY = pytest.StashKey["EvalSession"]()

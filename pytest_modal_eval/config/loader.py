@@ -11,10 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from pytest_modal_eval.config.overrides import apply_overrides
 from pytest_modal_eval.config.schema import BenchmarkConfig
-
-
-class BenchmarkError(Exception):
-    """A benchmark file that cannot be used; the message names the file, field and fix."""
+from pytest_modal_eval.exceptions import BenchmarkError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from pytest_modal_eval.config.overrides import parse_override
+from pytest_modal_eval.config.schema import Backend
 
-BACKENDS = ("modal", "local", "endpoint")
+BACKENDS: tuple[str, ...] = get_args(Backend)
 DEFAULT_FILES = ["evals/*.yaml", "evals/*.yml"]
 
 

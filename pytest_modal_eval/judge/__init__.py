@@ -1,1 +1,1 @@
-"""judge"""
+"""Judging a run: the gate's verdict and stored baselines."""

@@ -1,8 +1,8 @@
 """Stored baselines: the per-example rewards of an accepted run, kept as a syrupy snapshot.
 
 ``pytest --snapshot-update`` records or refreshes a benchmark's baseline; every other run reads it
-so the item can test for a regression with :func:`pytest_modal_eval.stats.summary.compare_paired`. The
-file is small, key-ordered JSON with one example per line, so a pull request shows exactly which
+so the item can test for a regression with :func:`pytest_modal_eval.stats.summary.compare_paired`.
+The file is small, key-ordered JSON with one example per line, so a pull request shows exactly which
 examples flipped.
 
 Where the files live, and why not in ``__snapshots__``: for an item collected from
@@ -35,14 +35,11 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.location import PyTestLocation
 from syrupy.types import PropertyFilter, PropertyMatcher, SerializableData, SnapshotIndex
 
+from pytest_modal_eval.exceptions import BaselineError
 from pytest_modal_eval.stats.summary import ExampleMeans, ExampleRewards, summarize
 
 FORMAT_VERSION = 1
 REFRESH_HINT = "refresh it with --snapshot-update"
-
-
-class BaselineError(ValueError):
-    """A stored baseline cannot be read; the message names the file."""
 
 
 @dataclass(frozen=True)

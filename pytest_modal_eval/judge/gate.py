@@ -5,15 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_modal_eval.report.terminal import fmt
+from pytest_modal_eval.report.format import describe_comparison, describe_score, fmt
 
 if TYPE_CHECKING:
     from pytest_modal_eval.config.schema import GateConfig
     from pytest_modal_eval.runs.evaluation import RunOutcome
     from pytest_modal_eval.stats.summary import PairedComparison
-
-#: How many flipped example ids a message lists before "and N more".
-FLIPS_SHOWN = 20
 
 #: Warn when more than this share of rollouts hit max_tokens.
 TRUNCATION_WARN_SHARE = 0.5
@@ -24,34 +21,6 @@ class Verdict:
     passed: bool
     reasons: list[str] = field(default_factory=list)  # why it failed
     warnings: list[str] = field(default_factory=list)
-
-
-def describe_score(outcome: RunOutcome) -> str:
-    """``0.712 ± 0.021 (95% CI [0.671, 0.753])``."""
-    s = outcome.summary
-    if s is None:
-        return "no example evaluated"
-    method = ", Wilson" if s.interval == "wilson" else ""
-    return f"{fmt(s.mean)} ± {fmt(s.stderr)} (95% CI [{fmt(s.ci_low)}, {fmt(s.ci_high)}]{method})"
-
-
-def describe_comparison(c: PairedComparison) -> list[str]:
-    """The baseline comparison in a few lines: means, difference with CI, p, what flipped."""
-    lines = [
-        f"baseline {fmt(c.baseline_mean)} -> run {fmt(c.run_mean)} over {c.n_shared} shared "
-        f"examples: diff {c.diff:+.3f} (95% CI [{fmt(c.diff_ci_low)}, {fmt(c.diff_ci_high)}]), "
-        f"one-sided p = {fmt(c.p_value, 4)} ({c.test}; alpha {c.alpha:g}, "
-        f"max_drop {c.max_drop:g})"
-    ]
-    for label, ids in (
-        ("solved -> missed", c.solved_to_missed),
-        ("missed -> solved", c.missed_to_solved),
-    ):
-        if ids:
-            shown = ", ".join(ids[:FLIPS_SHOWN])
-            more = f" and {len(ids) - FLIPS_SHOWN} more" if len(ids) > FLIPS_SHOWN else ""
-            lines.append(f"{label} ({len(ids)}): {shown}{more}")
-    return lines
 
 
 def judge(

@@ -1,1 +1,1 @@
-"""report"""
+"""Reporting: number formatting, JUnit properties, the terminal summary."""

@@ -1,76 +1,13 @@
-"""Per-benchmark figures: JUnit properties on the item, a summary table on the controller."""
+"""The evaluation summary at the end of the session, on the controller."""
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-if TYPE_CHECKING:
-    from pytest_modal_eval.judge.gate import Verdict
-    from pytest_modal_eval.runs.evaluation import RunOutcome
-    from pytest_modal_eval.stats.summary import PairedComparison
-
-#: Properties are named plainly in JUnit XML; this prefix marks the few internal ones.
-PROPERTY_PREFIX = "modal_eval_"
-
-
-def record_properties(
-    item: pytest.Item,
-    outcome: RunOutcome,
-    verdict: Verdict,
-    model: str,
-    elapsed: float,
-    comparison: PairedComparison | None = None,
-) -> None:
-    """Attach the figures as ``user_properties`` (str/int/float only: they cross xdist)."""
-    s = outcome.summary
-    threshold = item.benchmark.config.gate.min_avg_reward  # type: ignore[attr-defined]
-    props: list[tuple[str, Any]] = [
-        ("benchmark", item.benchmark.name),  # type: ignore[attr-defined]
-        ("model", model),
-        ("avg_reward", _num(s.mean) if s else "nan"),
-        ("stderr", _num(s.stderr) if s else "nan"),
-        ("ci_low", _num(s.ci_low) if s else "nan"),
-        ("ci_high", _num(s.ci_high) if s else "nan"),
-        ("n_examples", outcome.n_selected),
-        ("rollouts", outcome.rollouts),
-        ("errors", len(outcome.errored)),
-        ("truncated_rollouts", outcome.truncated_rollouts),
-        ("threshold", threshold if threshold is not None else "none"),
-        ("verdict", "pass" if verdict.passed else "fail"),
-        ("elapsed_s", round(elapsed, 1)),
-        ("run_dir", str(outcome.run_dir)),
-        ("run_id", outcome.run_id),
-        ("resumed_examples", outcome.resumed_examples),
-        ("reused_answers", outcome.reused_answers),
-    ]
-    if comparison is not None:
-        props += [
-            ("baseline_mean", _num(comparison.baseline_mean)),
-            ("baseline_diff", _num(comparison.diff)),
-            ("baseline_diff_ci_low", _num(comparison.diff_ci_low)),
-            ("baseline_diff_ci_high", _num(comparison.diff_ci_high)),
-            ("baseline_p_value", _num(comparison.p_value)),
-            ("baseline_test", comparison.test),
-            ("baseline_shared_examples", comparison.n_shared),
-            ("solved_to_missed", ",".join(comparison.solved_to_missed)),
-            ("missed_to_solved", ",".join(comparison.missed_to_solved)),
-        ]
-    for warning in verdict.warnings:
-        props.append((f"{PROPERTY_PREFIX}warning", warning))
-    item.user_properties.extend(props)
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{value:.{digits}f}"
-
-
-def _num(value: float) -> float | str:
-    return round(value, 6) if math.isfinite(value) else "nan"
+from pytest_modal_eval.report.format import ci_label, fmt_any
+from pytest_modal_eval.report.junit import PROPERTY_PREFIX
 
 
 class SummaryCollector:
@@ -103,7 +40,7 @@ class SummaryCollector:
             "benchmark",
             "model",
             "reward ± stderr",
-            "95% CI",
+            ci_label(float(self.rows[0].get("ci_level", 0.95))) if self.rows else "CI",
             "gate",
             "verdict",
             "time",
@@ -115,8 +52,8 @@ class SummaryCollector:
                 (
                     str(row["benchmark"]),
                     str(row["model"]),
-                    f"{_f(row['avg_reward'])} ± {_f(row['stderr'])}",
-                    f"[{_f(row['ci_low'])}, {_f(row['ci_high'])}]",
+                    f"{fmt_any(row['avg_reward'])} ± {fmt_any(row['stderr'])}",
+                    f"[{fmt_any(row['ci_low'])}, {fmt_any(row['ci_high'])}]",
                     f">= {row['threshold']}" if row["threshold"] != "none" else "-",
                     str(row["verdict"]).upper(),
                     f"{float(row['elapsed_s']):.1f}s",
@@ -142,10 +79,3 @@ class SummaryCollector:
             extra += [f"WARNING: {w}" for w in row["warnings"]]
             for text in extra:
                 tr.write_line(f"{row['benchmark']}: {text}")
-
-
-def _f(value: Any) -> str:
-    try:
-        return fmt(float(value))
-    except (TypeError, ValueError):
-        return "n/a"

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_modal_eval.client import verifiers_adapter
-from pytest_modal_eval.client.answer_journal import FILENAME as JOURNAL_FILENAME
 from pytest_modal_eval.client.answer_journal import AnswerJournal
-from pytest_modal_eval.client.rollout_seeds import match_rollouts
+from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, match_rollouts
 from pytest_modal_eval.config.loader import Benchmark
 from pytest_modal_eval.runs import heap
+from pytest_modal_eval.runs.paths import RunPaths, benchmark_dir
 from pytest_modal_eval.runs.resume import (
     PriorRun,
     RunIndex,
@@ -40,7 +40,7 @@ from pytest_modal_eval.runs.store import (
     write_json_atomic,
     write_results,
 )
-from pytest_modal_eval.serving.deployments import EndpointInfo
+from pytest_modal_eval.serving.endpoint import EndpointInfo
 from pytest_modal_eval.stats import summary as stats
 
 #: Consecutive errored examples after which the endpoint is taken to be down.
@@ -169,7 +169,7 @@ class BenchmarkRun:
         self.sampling = config.sampling.as_request_args()
         self._dataset = fingerprint_rows(all_rows)
         self.slug = model_slug(request.model)
-        self.benchmark_dir = request.output_dir / f"{request.benchmark.name}--{self.slug}"
+        self.benchmark_dir = benchmark_dir(request.output_dir, request.benchmark.name, self.slug)
         # Keyed by output directory too: runs written elsewhere are not continued here.
         item_key = canonical_hash([request.index_key, request.model, str(self.benchmark_dir)], 8)
         self.index = RunIndex(
@@ -256,7 +256,7 @@ class BenchmarkRun:
         # Answers of examples outside this selection are kept, not dropped, for a later run. (The
         # journal never raises on I/O problems: it stops recording and says why in .problem.)
         journal = AnswerJournal(
-            run_dir / JOURNAL_FILENAME,
+            RunPaths(run_dir).answers,
             lambda i: state.positions.get(i) is not None and state.finished(i),
         )
 
@@ -268,13 +268,13 @@ class BenchmarkRun:
 
         def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
             nonlocal done, reward_sum, counted, consecutive_errors, next_progress
-            claimed = [output.get(verifiers_adapter.ROLLOUT_COLUMN) for output in outputs]
+            claimed = [output.get(ROLLOUT_COLUMN) for output in outputs]
             records = [
                 rollout_record(
                     output,
                     rollout,
                     config.env_id,
-                    slot_wait_s=output.get(verifiers_adapter.SLOT_WAIT_COLUMN),
+                    slot_wait_s=output.get(SLOT_WAIT_COLUMN),
                 )
                 for output, rollout in zip(
                     outputs, match_rollouts(claimed, state.missing(example_id)), strict=False
@@ -338,7 +338,7 @@ class BenchmarkRun:
             if any(still_missing):
                 if info is None:
                     raise RuntimeError("examples are missing but no endpoint was given")
-                with verifiers_log_to(run_dir / "logs" / "verifiers.log"):
+                with verifiers_log_to(RunPaths(run_dir).logs / "verifiers.log"):
                     _run_grouped(
                         run_dir, self.env, rows, still_missing, request, info, self.sampling,
                         handle, should_stop, journal, state.missing,
@@ -357,8 +357,8 @@ class BenchmarkRun:
         outcome.answer_hash = answer_hash
         # A baseline is compared across models, so its key leaves out who answered.
         outcome.baseline_hash = canonical_hash({**fields, "model": None, "endpoint": None})
-        write_results(checkpoint, run_dir / "results.jsonl", selected_ids, rollouts)
-        write_json_atomic(run_dir / "metadata.json", _metadata(request, outcome, self.sampling))
+        write_results(checkpoint, RunPaths(run_dir).results, selected_ids, rollouts)
+        write_json_atomic(RunPaths(run_dir).metadata, _metadata(request, outcome, self.sampling))
         if info is not None:
             self._record(answer_hash, run_dir, run_id, fields, complete=not outcome.errored)
         return outcome
@@ -397,13 +397,15 @@ class BenchmarkRun:
             run_dir = self.benchmark_dir / run_id
         else:
             run_id, run_dir = found.run_id, found.run_dir
-        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        _link_server_logs(Path(info.server_logs) if info.server_logs else None, run_dir / "logs")
-        if found is None or not (run_dir / "run_config.json").exists():
+        RunPaths(run_dir).logs.mkdir(parents=True, exist_ok=True)
+        _link_server_logs(
+            Path(info.server_logs) if info.server_logs else None, RunPaths(run_dir).logs
+        )
+        if found is None or not RunPaths(run_dir).is_run():
             run_config = _run_config(
                 request, info, run_id, run_dir, answer_hash, fields, self.slug, len(self.rows)
             )
-            write_json_atomic(run_dir / "run_config.json", run_config)
+            write_json_atomic(RunPaths(run_dir).run_config, run_config)
         state = self._state_of(run_dir)
         self._last_read = None  # the run owns it now
         return _ChosenRun(run_id, run_dir, fields, answer_hash, state, new_run_note=note)
@@ -426,12 +428,12 @@ class _ChosenRun:
 
 
 def _link_server_logs(server_logs: Path | None, run_logs: Path) -> None:
-    """Make the shared server's logs (vllm.log, modal_vllm.log) visible from the run."""
+    """Make the shared server's logs (vllm.log, modal_vllm.log, ...) visible from the run."""
     if server_logs is None or not server_logs.is_dir():
         return
-    for name in ("vllm.log", "modal_vllm.log"):
-        target, link = server_logs / name, run_logs / name
-        if target.exists() and not link.exists():
+    for target in sorted(server_logs.glob("*.log")):
+        link = run_logs / target.name
+        if link.name != "proxy.log" and not link.exists():
             link.symlink_to(target.resolve())
 
 
@@ -452,7 +454,7 @@ def _run_grouped(
     log_route = None
     if info.proxied:
         # Our proxy writes this request's line to the run's own proxy.log.
-        log_route = {"X-Modal-Eval-Log": str(run_dir.resolve() / "logs" / "proxy.log")}
+        log_route = {"X-Modal-Eval-Log": str(RunPaths(run_dir.resolve()).logs / "proxy.log")}
     # Examples missing different numbers of rollouts run as separate batches, so each
     # verifiers group is exactly the rollouts still missing. Each batch streams the rows.
     for group in sorted({m for m in still_missing if m}, reverse=True):
@@ -531,7 +533,7 @@ def _metadata(request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]
         "avg_metrics": outcome.metric_means,
         "stderr": _finite(summary.stderr) if summary else None,
         "ci": [_finite(summary.ci_low), _finite(summary.ci_high)] if summary else None,
-        "ci_level": 0.95,
+        "ci_level": summary.confidence if summary else None,
         "ci_method": summary.interval if summary else None,
         "n_evaluated": summary.n_examples if summary else 0,
         "errors": len(outcome.errored),

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from pytest_modal_eval.runs.paths import RunPaths, runs_in
+
 CACHE_PREFIX = "modal_eval/runs"
 
 
@@ -111,9 +113,8 @@ class RunIndex:
     def _scan(self) -> dict[str, dict[str, Any]]:
         # No cache provider: the run directories themselves are the index.
         found: dict[str, dict[str, Any]] = {}
-        if not self.benchmark_dir.is_dir():
-            return found
-        for config_path in sorted(self.benchmark_dir.glob("*/run_config.json")):
+        for paths in runs_in(self.benchmark_dir):
+            config_path = paths.run_config
             try:
                 run_config = json.loads(config_path.read_text())
             except (OSError, json.JSONDecodeError):
@@ -122,7 +123,6 @@ class RunIndex:
                 "run_dir": str(config_path.parent),
                 "run_id": run_config.get("run_id", config_path.parent.name),
                 "fields": run_config.get("answer_fields", {}),
-                "complete": (config_path.parent / "metadata.json").exists(),
                 "updated": config_path.stat().st_mtime,
             }
         return found
@@ -131,7 +131,7 @@ class RunIndex:
         entry = self._entries().get(answer_hash)
         if entry is None or not Path(entry["run_dir"]).is_dir():
             return None
-        return PriorRun(Path(entry["run_dir"]), entry["run_id"], entry["fields"], entry["complete"])
+        return _prior(entry)
 
     def newest_alike(
         self, fields: dict[str, Any], same_template: Callable[[Any], bool]
@@ -155,13 +155,15 @@ class RunIndex:
         if not found:
             return None
         entry = max(found, key=lambda entry: entry.get("updated", 0))
-        return PriorRun(Path(entry["run_dir"]), entry["run_id"], entry["fields"], entry["complete"])
+        return _prior(entry)
 
     def latest_incomplete(self, exclude: str) -> PriorRun | None:
         candidates = [
             (entry.get("updated", 0), h, entry)
             for h, entry in self._entries().items()
-            if h != exclude and not entry.get("complete") and Path(entry["run_dir"]).is_dir()
+            if h != exclude
+            and Path(entry["run_dir"]).is_dir()
+            and not RunPaths(Path(entry["run_dir"])).complete()
         ]
         if not candidates:
             return None
@@ -176,7 +178,6 @@ class RunIndex:
             "run_dir": str(run.run_dir),
             "run_id": run.run_id,
             "fields": run.fields,
-            "complete": run.complete,
             "updated": updated,
         }
         self.cache.set(self.key, {"runs": entries})
@@ -184,3 +185,8 @@ class RunIndex:
 
 def _without_template(fields: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if key != "chat_template"}
+
+
+def _prior(entry: dict[str, Any]) -> PriorRun:
+    run_dir = Path(entry["run_dir"])
+    return PriorRun(run_dir, entry["run_id"], entry["fields"], RunPaths(run_dir).complete())

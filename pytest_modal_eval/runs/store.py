@@ -25,6 +25,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from pytest_modal_eval.runs.paths import RunPaths
+
 CHECKPOINT_VERSION = 1
 META_MIN_INTERVAL_S = 1.0
 
@@ -138,8 +140,9 @@ class Checkpoint:
     """Append-only record of finished and errored rollouts, crash-safe line by line."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / "checkpoint.jsonl"
-        self.meta_path = run_dir / "checkpoint_meta.json"
+        paths = RunPaths(run_dir)
+        self.path = paths.checkpoint
+        self.meta_path = paths.checkpoint_meta
         self._handle: IO[str] | None = None
         self._since_sync = 0
         self._last_meta = 0.0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_modal_eval.serving.endpoint import ServingError
+from pytest_modal_eval.exceptions import ServingError
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "chat_templates"
 BUNDLED_TEMPLATES = ("base", "code", "math", "think")

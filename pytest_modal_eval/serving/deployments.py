@@ -15,115 +15,18 @@ import asyncio
 import json
 import secrets
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
-from pytest_modal_eval.client.verifiers_adapter import Endpoint
 from pytest_modal_eval.config.options import Settings
-
-if TYPE_CHECKING:
-    from pytest_modal_eval.config.loader import Benchmark
+from pytest_modal_eval.exceptions import ServerStartError
+from pytest_modal_eval.serving.backends import endpoint_info_for_existing, start_server
+from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
 
 BROKER_INPUT_KEY = "modal_eval_broker"
-
-
-@dataclass(frozen=True)
-class ServerRequest:
-    """What a benchmark needs from the serving tier; JSON-able for the trip to the controller."""
-
-    backend: str
-    model: str
-    infra: dict[str, Any]
-    vllm: dict[str, Any]
-    chat_template: str | None
-    base_url: str | None
-    api_key_env: str
-
-    @classmethod
-    def for_benchmark(cls, settings: Settings, benchmark: Benchmark) -> ServerRequest:
-        config = benchmark.config
-        template = config.chat_template
-        if template is not None and template.endswith(".jinja"):
-            # A template file is named relative to its benchmark YAML.
-            template = str((benchmark.path.parent / template).resolve())
-        return cls(
-            backend=settings.backend,
-            model=settings.model or "",
-            infra=config.infra.model_dump(),
-            vllm=config.vllm.model_dump(),
-            chat_template=template,
-            base_url=settings.base_url,
-            api_key_env=settings.api_key_env,
-        )
-
-    @property
-    def endpoint_identity(self) -> str | None:
-        """The endpoint's part of the answer key: a ``--base-url`` endpoint is known by its URL;
-        a server we start, by its profile's fields (already in the key)."""
-        return self.base_url if self.backend == "endpoint" else None
-
-    def applies_template(self, recorded: object) -> bool:
-        """Whether the vLLM we start for this request, started now, would apply the chat
-        template a finished run recorded (see ``chat_template.decided_now``)."""
-        from pytest_modal_eval.serving.chat_template import decided_now
-
-        return decided_now(
-            recorded,
-            self.model,
-            self.chat_template,
-            extra_args=self.vllm.get("extra_args") or (),
-            served_from_here=self.backend == "local",
-        )
-
-    def profile(self) -> dict[str, Any]:
-        """The server profile: the fields that decide which server answers."""
-        if self.backend == "endpoint":
-            return {"backend": "endpoint", "base_url": self.base_url, "model": self.model}
-        return {
-            "backend": self.backend,
-            "model": self.model,
-            "infra": self.infra,
-            "vllm": self.vllm,
-            "chat_template": self.chat_template,
-        }
-
-
-@dataclass(frozen=True)
-class EndpointInfo:
-    endpoint: Endpoint
-    profile: dict[str, Any]
-    chat_template: dict[str, str] = field(default_factory=dict)
-    identity: str | None = None  # part of the resume key (the endpoint URL for `endpoint`)
-    check_timeout: float = 15.0
-    server_logs: str | None = None  # directory of the server's logs, linked into each run
-    proxied: bool = False  # behind our proxy: requests may route their log line per run
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["endpoint"]["headers"] = [list(h) for h in self.endpoint.headers]
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EndpointInfo:
-        raw = dict(data["endpoint"])
-        raw["headers"] = tuple(tuple(h) for h in raw.get("headers", ()))
-        return cls(**{**data, "endpoint": Endpoint(**raw)})
-
-
-def endpoint_info_for_existing(request: ServerRequest) -> EndpointInfo:
-    assert request.base_url is not None
-    return EndpointInfo(
-        endpoint=Endpoint(request.base_url, request.model, request.api_key_env),
-        profile=request.profile(),
-        identity=request.endpoint_identity,
-    )
-
-
-class ServerStartError(RuntimeError):
-    """The server for a profile could not be started; the message says why and where to look."""
 
 
 class Deployments:
@@ -141,7 +44,6 @@ class Deployments:
     def endpoint_for(self, request: ServerRequest) -> EndpointInfo:
         if request.backend == "endpoint":
             return endpoint_info_for_existing(request)
-        from pytest_modal_eval.serving.backends import start_server
 
         key = json.dumps(request.profile(), sort_keys=True)
         with self._guard:

@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 
+if TYPE_CHECKING:
+    # Types only: the Modal container imports this module without pytest installed.
+    from pytest_modal_eval.config.loader import Benchmark
+    from pytest_modal_eval.config.options import Settings
+
 BackendName = Literal["modal", "local"]
 _BACKENDS: tuple[BackendName, ...] = ("modal", "local")
-
-
-class ServingError(Exception):
-    """A server could not be started or reached.
-
-    The message is shown to the user as is: it says what failed, where the log is and what to
-    check, so callers should not wrap it in a traceback.
-    """
 
 
 #: How much of a server log a startup failure shows.
@@ -96,19 +93,25 @@ class ServerProfile:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """An OpenAI-compatible server that answers."""
+    """An OpenAI-compatible server and the model to ask: where every request goes.
+
+    Servers hand one back when they start; the evaluation sends to it. Never holds a secret:
+    the key is named by ``api_key_env`` and read from the environment when a client is made.
+    """
 
     base_url: str  # ends with /v1
     model: str  # the served model name to put in requests
-    headers: dict[str, str] = field(default_factory=dict)  # non-secret headers only
+    api_key_env: str | None = None  # variable holding the API key; None: no key is sent
+    headers: tuple[tuple[str, str], ...] = ()  # non-secret headers only
     # The template the server actually uses: {"source": ..., "sha256": ...}; empty if unknown.
-    chat_template: dict[str, str] = field(default_factory=dict)
+    chat_template: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "base_url": self.base_url,
             "model": self.model,
-            "headers": dict(self.headers),
+            "api_key_env": self.api_key_env,
+            "headers": [list(h) for h in self.headers],
             "chat_template": dict(self.chat_template),
         }
 
@@ -117,9 +120,89 @@ class Endpoint:
         return cls(
             base_url=str(data["base_url"]),
             model=str(data["model"]),
-            headers={str(k): str(v) for k, v in data.get("headers", {}).items()},
+            api_key_env=data.get("api_key_env"),
+            headers=tuple((str(k), str(v)) for k, v in data.get("headers", ())),
             chat_template={str(k): str(v) for k, v in data.get("chat_template", {}).items()},
         )
+
+
+@dataclass(frozen=True)
+class ServerRequest:
+    """What a benchmark needs from the serving tier; JSON-able for the trip to the controller."""
+
+    backend: str
+    model: str
+    infra: dict[str, Any]
+    vllm: dict[str, Any]
+    chat_template: str | None
+    base_url: str | None
+    api_key_env: str
+
+    @classmethod
+    def for_benchmark(cls, settings: Settings, benchmark: Benchmark) -> ServerRequest:
+        config = benchmark.config
+        template = config.chat_template
+        if template is not None and template.endswith(".jinja"):
+            # A template file is named relative to its benchmark YAML.
+            template = str((benchmark.path.parent / template).resolve())
+        return cls(
+            backend=settings.backend,
+            model=settings.model or "",
+            infra=config.infra.model_dump(),
+            vllm=config.vllm.model_dump(),
+            chat_template=template,
+            base_url=settings.base_url,
+            api_key_env=settings.api_key_env,
+        )
+
+    @property
+    def endpoint_identity(self) -> str | None:
+        """The endpoint's part of the answer key: a ``--base-url`` endpoint is known by its URL;
+        a server we start, by its profile's fields (already in the key)."""
+        return self.base_url if self.backend == "endpoint" else None
+
+    def applies_template(self, recorded: object) -> bool:
+        """Whether the vLLM we start for this request, started now, would apply the chat
+        template a finished run recorded (see ``chat_template.decided_now``)."""
+        from pytest_modal_eval.serving.chat_template import decided_now
+
+        return decided_now(
+            recorded,
+            self.model,
+            self.chat_template,
+            extra_args=self.vllm.get("extra_args") or (),
+            served_from_here=self.backend == "local",
+        )
+
+    def profile(self) -> dict[str, Any]:
+        """The server profile: the fields that decide which server answers."""
+        if self.backend == "endpoint":
+            return {"backend": "endpoint", "base_url": self.base_url, "model": self.model}
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "infra": self.infra,
+            "vllm": self.vllm,
+            "chat_template": self.chat_template,
+        }
+
+
+@dataclass(frozen=True)
+class EndpointInfo:
+    endpoint: Endpoint
+    profile: dict[str, Any]
+    chat_template: dict[str, str] = field(default_factory=dict)
+    identity: str | None = None  # part of the resume key (the endpoint URL for `endpoint`)
+    check_timeout: float = 15.0
+    server_logs: str | None = None  # directory of the server's logs, linked into each run
+    proxied: bool = False  # behind our proxy: requests may route their log line per run
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "endpoint": self.endpoint.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EndpointInfo:
+        return cls(**{**data, "endpoint": Endpoint.from_json(data["endpoint"])})
 
 
 class Server(Protocol):

@@ -8,8 +8,10 @@ import threading
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from pytest_modal_eval.exceptions import EndpointError
+
 if TYPE_CHECKING:
-    from pytest_modal_eval.client.verifiers_adapter import Endpoint
+    from pytest_modal_eval.serving.endpoint import Endpoint
 
 
 def on_loopback(url: str) -> bool:
@@ -23,10 +25,6 @@ def on_loopback(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-class EndpointError(Exception):
-    """The endpoint cannot be used; the message says what was tried and what to check."""
 
 
 class EndpointChecker:

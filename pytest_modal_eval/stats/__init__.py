@@ -1,1 +1,1 @@
-"""stats"""
+"""Statistics of rewards: clustered summaries with intervals, and paired comparisons."""

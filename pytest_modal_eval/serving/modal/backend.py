@@ -24,14 +24,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 import pytest_modal_eval
+from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.serving.chat_template import parse_log_line
-from pytest_modal_eval.serving.endpoint import (
-    LOG_TAIL_LINES,
-    Endpoint,
-    ServerProfile,
-    ServingError,
-    log_tail,
-)
+from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile, log_tail
 from pytest_modal_eval.serving.modal import app as modal_app
 from pytest_modal_eval.serving.modal.app import DeploySpec
 
@@ -179,7 +174,6 @@ class ModalServer:
         self.endpoint = Endpoint(
             base_url=f"{base}/v1",
             model=self.served_model_name,
-            headers={},
             chat_template=self._chat_template(name),
         )
         return self.endpoint

@@ -13,9 +13,9 @@ over HTTP: :class:`~pytest_modal_eval.client.direct_client.DirectOpenAI` finds t
 logic run from the evaluation's event loop and connections. The local HTTP hop cost ~0.5 ms of
 CPU per request in the evaluation's process (README, Performance).
 
-Standalone: ``python -m pytest_modal_eval.serving.modal.redirect_proxy --upstream URL`` (secrets from the environment:
-``MODAL_PROXY_TOKEN_ID``, ``MODAL_PROXY_TOKEN_SECRET``, ``VLLM_API_KEY``; an HTTP proxy on the
-way to the upstream from ``HTTPS_PROXY`` & co.).
+Standalone: ``python -m pytest_modal_eval.serving.modal.redirect_proxy --upstream URL`` (secrets
+from the environment: ``MODAL_PROXY_TOKEN_ID``, ``MODAL_PROXY_TOKEN_SECRET``, ``VLLM_API_KEY``; an
+HTTP proxy on the way to the upstream from ``HTTPS_PROXY`` & co.).
 """
 
 from __future__ import annotations

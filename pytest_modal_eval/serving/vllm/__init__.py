@@ -1,1 +1,1 @@
-"""serving/vllm"""
+"""vLLM on this machine (``--backend local``) and the vLLM command line shared with Modal."""

@@ -24,14 +24,9 @@ from pathlib import Path
 
 import httpx
 
+from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.serving.chat_template import load_fallback, resolve_for_model
-from pytest_modal_eval.serving.endpoint import (
-    LOG_TAIL_LINES,
-    Endpoint,
-    ServerProfile,
-    ServingError,
-    log_tail,
-)
+from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile, log_tail
 from pytest_modal_eval.serving.vllm.command import vllm_args, vllm_command
 
 LOG_NAME = "vllm.log"
@@ -193,7 +188,6 @@ class LocalVllmServer:
         self.endpoint = Endpoint(
             base_url=f"http://127.0.0.1:{port}/v1",
             model=self.served_model_name,
-            headers={},
             chat_template=choice.provenance,
         )
         return self.endpoint

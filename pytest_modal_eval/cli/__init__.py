@@ -1,0 +1,36 @@
+"""The ``pytest-modal-eval`` command: what happens around evaluations (``pytest`` runs them).
+
+Each command lives in its own module of this package and is registered in :data:`COMMANDS`;
+the group imports a command's module only when that command runs, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+#: Command name -> "module:attribute" of its click command, in the order ``--help`` lists them.
+COMMANDS: dict[str, str] = {}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported when used (or when ``--help`` lists them)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *COMMANDS]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            module, _, attribute = COMMANDS[cmd_name].partition(":")
+            command: Any = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pytest-modal-eval")
+def main() -> None:
+    """Deployments, runs and results of pytest-modal-eval. Evaluate with `pytest evals/`."""

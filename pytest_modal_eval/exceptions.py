@@ -1,0 +1,47 @@
+"""Every error the plugin raises on purpose, in one place.
+
+Each one carries a message meant for the user as is: what failed, which file or field, and
+the fix. The plugin reports these without a traceback into its own code.
+"""
+
+from __future__ import annotations
+
+
+class ModalEvalError(Exception):
+    """Base of the errors below."""
+
+
+class EnvironmentLoadError(ModalEvalError):
+    """An environment that cannot be loaded; the message says what to do."""
+
+
+class RunAborted(ModalEvalError):
+    """The run was stopped early; finished examples are already recorded."""
+
+
+class EvalProblem(ModalEvalError):
+    """A user-facing failure: reported as its message, without a traceback."""
+
+
+class BenchmarkError(ModalEvalError):
+    """A benchmark file that cannot be used; the message names the file, field and fix."""
+
+
+class BaselineError(ModalEvalError, ValueError):
+    """A stored baseline cannot be read; the message names the file."""
+
+
+class ServerStartError(ModalEvalError, RuntimeError):
+    """The server for a profile could not be started; the message says why and where to look."""
+
+
+class ServingError(ModalEvalError):
+    """A server could not be started or reached.
+
+    The message is shown to the user as is: it says what failed, where the log is and what to
+    check, so callers should not wrap it in a traceback.
+    """
+
+
+class EndpointError(ModalEvalError):
+    """The endpoint cannot be used; the message says what was tried and what to check."""

@@ -1,0 +1,67 @@
+"""How numbers and comparisons are written for people: the summary, failure messages, notes."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.runs.evaluation import RunOutcome
+    from pytest_modal_eval.stats.summary import PairedComparison
+
+#: How many flipped example ids a message lists before "and N more".
+FLIPS_SHOWN = 20
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A figure with ``digits`` decimals; ``n/a`` for a missing or undefined one."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def fmt_any(value: Any) -> str:
+    """:func:`fmt` for a value that crossed xdist as a property (a float, or "nan")."""
+    try:
+        return fmt(float(value))
+    except (TypeError, ValueError):
+        return "n/a"
+
+
+def ci_label(confidence: float) -> str:
+    """``95% CI`` for 0.95."""
+    return f"{confidence * 100:g}% CI"
+
+
+def describe_score(outcome: RunOutcome) -> str:
+    """``0.712 ± 0.021 (95% CI [0.671, 0.753])``."""
+    s = outcome.summary
+    if s is None:
+        return "no example evaluated"
+    method = ", Wilson" if s.interval == "wilson" else ""
+    return (
+        f"{fmt(s.mean)} ± {fmt(s.stderr)} "
+        f"({ci_label(s.confidence)} [{fmt(s.ci_low)}, {fmt(s.ci_high)}]{method})"
+    )
+
+
+def describe_comparison(c: PairedComparison) -> list[str]:
+    """The baseline comparison in a few lines: means, difference with CI, p, what flipped."""
+    from pytest_modal_eval.stats.summary import DIFF_CONFIDENCE
+
+    lines = [
+        f"baseline {fmt(c.baseline_mean)} -> run {fmt(c.run_mean)} over {c.n_shared} shared "
+        f"examples: diff {c.diff:+.3f} ({ci_label(DIFF_CONFIDENCE)} "
+        f"[{fmt(c.diff_ci_low)}, {fmt(c.diff_ci_high)}]), "
+        f"one-sided p = {fmt(c.p_value, 4)} ({c.test}; alpha {c.alpha:g}, "
+        f"max_drop {c.max_drop:g})"
+    ]
+    for label, ids in (
+        ("solved -> missed", c.solved_to_missed),
+        ("missed -> solved", c.missed_to_solved),
+    ):
+        if ids:
+            shown = ", ".join(ids[:FLIPS_SHOWN])
+            more = f" and {len(ids) - FLIPS_SHOWN} more" if len(ids) > FLIPS_SHOWN else ""
+            lines.append(f"{label} ({len(ids)}): {shown}{more}")
+    return lines

@@ -1,0 +1,68 @@
+"""Per-benchmark figures as JUnit properties (``user_properties``, which also cross xdist)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.judge.gate import Verdict
+    from pytest_modal_eval.runs.evaluation import RunOutcome
+    from pytest_modal_eval.stats.summary import PairedComparison
+
+#: Properties are named plainly in JUnit XML; this prefix marks the few internal ones.
+PROPERTY_PREFIX = "modal_eval_"
+
+
+def record_properties(
+    item: pytest.Item,
+    outcome: RunOutcome,
+    verdict: Verdict,
+    model: str,
+    elapsed: float,
+    comparison: PairedComparison | None = None,
+) -> None:
+    """Attach the figures as ``user_properties`` (str/int/float only: they cross xdist)."""
+    s = outcome.summary
+    threshold = item.benchmark.config.gate.min_avg_reward  # type: ignore[attr-defined]
+    props: list[tuple[str, Any]] = [
+        ("benchmark", item.benchmark.name),  # type: ignore[attr-defined]
+        ("model", model),
+        ("avg_reward", _num(s.mean) if s else "nan"),
+        ("stderr", _num(s.stderr) if s else "nan"),
+        ("ci_low", _num(s.ci_low) if s else "nan"),
+        ("ci_high", _num(s.ci_high) if s else "nan"),
+        ("ci_level", s.confidence if s else "nan"),
+        ("n_examples", outcome.n_selected),
+        ("rollouts", outcome.rollouts),
+        ("errors", len(outcome.errored)),
+        ("truncated_rollouts", outcome.truncated_rollouts),
+        ("threshold", threshold if threshold is not None else "none"),
+        ("verdict", "pass" if verdict.passed else "fail"),
+        ("elapsed_s", round(elapsed, 1)),
+        ("run_dir", str(outcome.run_dir)),
+        ("run_id", outcome.run_id),
+        ("resumed_examples", outcome.resumed_examples),
+        ("reused_answers", outcome.reused_answers),
+    ]
+    if comparison is not None:
+        props += [
+            ("baseline_mean", _num(comparison.baseline_mean)),
+            ("baseline_diff", _num(comparison.diff)),
+            ("baseline_diff_ci_low", _num(comparison.diff_ci_low)),
+            ("baseline_diff_ci_high", _num(comparison.diff_ci_high)),
+            ("baseline_p_value", _num(comparison.p_value)),
+            ("baseline_test", comparison.test),
+            ("baseline_shared_examples", comparison.n_shared),
+            ("solved_to_missed", ",".join(comparison.solved_to_missed)),
+            ("missed_to_solved", ",".join(comparison.missed_to_solved)),
+        ]
+    for warning in verdict.warnings:
+        props.append((f"{PROPERTY_PREFIX}warning", warning))
+    item.user_properties.extend(props)
+
+
+def _num(value: float) -> float | str:
+    return round(value, 6) if math.isfinite(value) else "nan"
