@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from pytest_modal_eval.runs.record import RolloutRecord
 from tests.conftest import BenchmarkProject, read_jsonl, subtest_counts
 
 
@@ -291,21 +292,14 @@ def test_output_files_and_fields(
     assert {(r["example_id"], r["rollout"]) for r in results} == {
         (i, r) for i in range(6) for r in range(2)
     }
-    for key in (
-        "example_id",
-        "prompt",
-        "completion",
-        "task",
-        "reward",
-        "generation_ms",
-        "slot_wait_ms",
-        "scoring_ms",
-        "total_ms",
-        "info",
-        "error",
-        "correct",
-    ):
-        assert key in results[0]
+    # Every line is exactly the typed record (runs/record.py, the documented schema) plus one
+    # top-level key per reward metric of the environment.
+    schema = list(RolloutRecord.__annotations__)
+    for record in results:
+        metric_keys = list(record["metrics"])
+        assert "correct" in metric_keys
+        assert sorted(record) == sorted([*schema, *metric_keys])
+        assert record["correct"] == record["metrics"]["correct"]
     meta = json.loads((run_dir / "metadata.json").read_text())
     for key in (
         "env_id",

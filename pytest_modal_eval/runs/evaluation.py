@@ -23,6 +23,7 @@ from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COL
 from pytest_modal_eval.config.loader import Benchmark
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.paths import RunPaths, benchmark_dir
+from pytest_modal_eval.runs.record import rollout_record
 from pytest_modal_eval.runs.resume import (
     PriorRun,
     RunIndex,
@@ -36,7 +37,6 @@ from pytest_modal_eval.runs.store import (
     CHECKPOINT_VERSION,
     Checkpoint,
     new_run_id,
-    rollout_record,
     write_json_atomic,
     write_results,
 )

@@ -99,43 +99,6 @@ def write_json_line_atomic(path: Path, value: dict[str, Any]) -> None:
         out.write("}\n")
 
 
-def rollout_record(
-    output: dict[str, Any], rollout: int, task_default: str, *, slot_wait_s: float | None = None
-) -> dict[str, Any]:
-    """One rollout in the seed's results.jsonl schema (plus ``rollout``, ``error`` and
-    ``slot_wait_ms``). ``slot_wait_s`` is how long the rollout's requests waited for a free
-    request slot (``eval.prefetch``): harness time, taken out of ``generation_ms``."""
-    timing = output.get("timing") or {}
-    wait_ms = round(float(slot_wait_s or 0.0) * 1000, 3)
-
-    def ms(span: str) -> float:
-        part = timing.get(span) or {}
-        return round(float(part.get("duration") or 0.0) * 1000, 3)
-
-    record: dict[str, Any] = {
-        "example_id": output["example_id"],
-        "rollout": rollout,
-        "prompt": output.get("prompt"),
-        "completion": output.get("completion"),
-        "task": output.get("task") or task_default,
-        "answer": output.get("answer"),
-        "reward": float(output.get("reward") or 0.0),
-        "generation_ms": round(max(0.0, ms("generation") - wait_ms), 3),
-        "slot_wait_ms": wait_ms,
-        "scoring_ms": ms("scoring"),
-        "total_ms": round(float(timing.get("total") or 0.0) * 1000, 3),
-        "info": output.get("info") or {},
-        "error": output.get("error"),
-        "is_truncated": bool(output.get("is_truncated")),
-        "stop_condition": output.get("stop_condition"),
-        "token_usage": output.get("token_usage"),
-    }
-    for name, value in (output.get("metrics") or {}).items():
-        record.setdefault(name, value)
-    record["metrics"] = dict(output.get("metrics") or {})
-    return record
-
-
 class Checkpoint:
     """Append-only record of finished and errored rollouts, crash-safe line by line."""
 
