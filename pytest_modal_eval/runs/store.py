@@ -99,12 +99,38 @@ def write_json_line_atomic(path: Path, value: dict[str, Any]) -> None:
         out.write("}\n")
 
 
+#: The fields of one line of ``results.jsonl`` (and ``checkpoint.jsonl``), in order, with what
+#: each holds. Each of the environment's metrics is also a field of its own, just before
+#: ``metrics``.
+#: :func:`rollout_record` builds exactly these; the docs' Outputs page is generated from here.
+RESULT_FIELDS: dict[str, str] = {
+    "example_id": "the example's id in the environment's dataset",
+    "rollout": "the rollout's index, 0 to eval.rollouts - 1; it sampled with sampling.seed + "
+    "rollout",
+    "prompt": "the messages sent to the model",
+    "completion": "the model's messages",
+    "task": "verifiers' task name of the example",
+    "answer": "the reference answer",
+    "reward": "the rollout's reward (0.0 when it errored)",
+    "generation_ms": "time spent generating, without slot_wait_ms",
+    "slot_wait_ms": "time the rollout's requests waited for a free request slot (eval.prefetch)",
+    "scoring_ms": "time spent scoring",
+    "total_ms": "the rollout's whole time",
+    "info": "the example's extra fields (for file-qa: the JSONL line's other keys)",
+    "error": "why the rollout could not be evaluated, or null",
+    "is_truncated": "whether the completion was cut at sampling.max_tokens",
+    "stop_condition": "why verifiers ended the rollout",
+    "token_usage": "prompt and completion tokens, as the server reported them",
+    "metrics": "the environment's metrics, {name: value}",
+}
+
+
 def rollout_record(
     output: dict[str, Any], rollout: int, task_default: str, *, slot_wait_s: float | None = None
 ) -> dict[str, Any]:
-    """One rollout in the seed's results.jsonl schema (plus ``rollout``, ``error`` and
-    ``slot_wait_ms``). ``slot_wait_s`` is how long the rollout's requests waited for a free
-    request slot (``eval.prefetch``): harness time, taken out of ``generation_ms``."""
+    """One rollout as a line of ``results.jsonl``: the fields of :data:`RESULT_FIELDS`, and
+    each metric as a field of its own. ``slot_wait_s`` is how long the rollout's requests waited
+    for a free request slot (``eval.prefetch``): harness time, taken out of ``generation_ms``."""
     timing = output.get("timing") or {}
     wait_ms = round(float(slot_wait_s or 0.0) * 1000, 3)
 
