@@ -3,7 +3,7 @@
 ``python -m benchmarks._verifiers_loop --data F --base-url URL --concurrency N --out J
 [--client direct|sdk|httpx]`` runs every row of a file-qa JSONL once and writes JSON with each
 example's completion time and the CPU used between the first and the last. The other clients
-are the adapter's earlier ones, to show in the same run what each change did: ``sdk`` sends
+are alternatives the adapter does not use, to compare against in the same run: ``sdk`` sends
 through ``AsyncOpenAI`` on openai's aiohttp transport (no ``DirectOpenAI``), ``httpx`` is
 verifiers' own ``ClientConfig`` client (httpx's pool).
 """

@@ -10,8 +10,9 @@ demo's system prompt and sampling (temperature 0, 16 tokens), 64 requests in fli
   does nothing else. When vLLM shares the clients' CPUs, this shows what the server loses to
   *any* process using that much CPU, however it spends it;
 - verifiers layer: the plugin's adapter (``run_examples``) alone, no pytest around it; with
-  ``--before`` also on the adapter's earlier clients: the openai SDK's request path (before
-  ``DirectOpenAI``) and verifiers' own httpx client (before the aiohttp transport);
+  ``--before`` also on two clients the adapter does not use, for comparison: the openai
+  SDK's request path (instead of ``DirectOpenAI``) and verifiers' own httpx client (instead of
+  the aiohttp transport);
 - plugin: ``pytest evals --model tiny-arith --base-url ...`` (collection, verifiers, scoring,
   checkpoint, one subtest per example, results files);
 - plugin via proxy: the same with the plugin's ``ProxyThread`` in front of vLLM inside the
@@ -71,7 +72,7 @@ def main() -> int:
     parser.add_argument(
         "--before",
         action="store_true",
-        help="also run the verifiers layer on the adapter's earlier clients (SDK path, httpx)",
+        help="also run the verifiers layer on the openai SDK's request path and on httpx",
     )
     parser.add_argument(
         "--isolate",

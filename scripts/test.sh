@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the whole test suite, the real-vLLM tier included.
+# Set up (scripts/setup.sh), build the docs (mkdocs --strict) and run the whole test suite,
+# the real-vLLM tier included.
 # Extra arguments go to pytest. Quick iteration without vLLM: uv run pytest -m "not vllm"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,5 +9,8 @@ export MODAL_EVAL_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 # The vLLM tier must run here, not skip: a missing vLLM fails instead.
 export MODAL_EVAL_REQUIRE_VLLM=1
 if command -v uv >/dev/null 2>&1; then UV=(uv); else UV=(python3 -m uv); fi
+# The docs site: a broken link, an unknown reference marker or any other warning fails here.
+# (Not --quiet: mkdocs then stops counting warnings, and --strict passes anything.)
+NO_MKDOCS_2_WARNING=1 "${UV[@]}" run --locked mkdocs build --strict --site-dir "$(mktemp -d)"
 # pytest exits 5 when it ran no test; with `set -e` that fails the script too.
 exec "${UV[@]}" run --locked pytest "$@"

@@ -9,7 +9,7 @@ scenario (one or two sessions), and its checks are subtests.
 Every run is started from its own directory, which all of vLLM's processes inherit as their
 working directory: scanning ``/proc/*/cwd`` for it finds every process a run left behind,
 whatever its process group or title (vLLM's engine processes rename themselves
-``VLLM::EngineCore``/``VLLM::Worker``, so their cmdline no longer names vLLM's module).
+``VLLM::EngineCore``/``VLLM::Worker``, so their cmdline does not name vLLM's module).
 
 Needs ``MODAL_EVAL_VLLM_PYTHON``: each test starts with ``vllm_check.vllm_python()``, which
 skips it without vLLM, or fails it when ``MODAL_EVAL_REQUIRE_VLLM`` is set (a check in a fixture

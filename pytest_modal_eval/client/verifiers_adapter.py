@@ -125,7 +125,7 @@ class EvalRows(Sequence[dict[str, Any]]):
     """A dataset's rows as plain dicts, decoded a batch at a time, never all at once.
 
     Rows are exactly what ``Dataset.to_list()`` gives (that is how each batch is decoded), but
-    a 100,000-example dataset no longer becomes 100,000 dicts held for the whole run (~700
+    a 100,000-example dataset never becomes 100,000 dicts held for the whole run (~700
     bytes each). Slicing gives another lazy view; :meth:`example_ids` reads one column only.
     """
 

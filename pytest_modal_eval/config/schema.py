@@ -36,13 +36,21 @@ class InfraConfig(BaseModel):
 
     model_config = _STRICT
 
-    gpu: str = Field("A100-80GB:1", description="Modal GPU spec, TYPE[:COUNT], e.g. 'H100:2'")
-    timeout: int = Field(3600, gt=0, description="Modal function timeout, seconds")
-    scaledown_window: int = Field(300, gt=0, description="idle seconds before Modal scales to 0")
-    max_concurrent_inputs: int = Field(
-        256, gt=0, description="requests one vLLM container accepts at once"
+    gpu: str = Field(
+        "A100-80GB:1",
+        description=f"Modal GPU, TYPE[:COUNT] (e.g. 'H100:2'); TYPE one of {', '.join(GPU_TYPES)}; "
+        "COUNT 1-8",
     )
-    startup_timeout: int = Field(1200, gt=0, description="seconds vLLM may take to come up")
+    timeout: int = Field(3600, gt=0, description="Modal function timeout, seconds")
+    scaledown_window: int = Field(
+        300, gt=0, description="idle seconds before the Modal container stops"
+    )
+    max_concurrent_inputs: int = Field(
+        256, gt=0, description="requests one vLLM container accepts at once (@modal.concurrent)"
+    )
+    startup_timeout: int = Field(
+        1200, gt=0, description="seconds vLLM may take to come up (Modal and local)"
+    )
 
     @field_validator("gpu")
     @classmethod
@@ -66,11 +74,19 @@ class VllmConfig(BaseModel):
     model_config = _STRICT
 
     max_model_len: int | None = Field(None, gt=0, description="context length; null = model's")
-    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
-    tensor_parallel_size: int = Field(1, ge=1)
-    data_parallel_size: int = Field(1, ge=1)
-    prefix_caching: bool = True
-    trust_remote_code: bool = False
+    gpu_memory_utilization: float = Field(
+        0.90, gt=0, le=1, description="share of GPU memory vLLM may use (--gpu-memory-utilization)"
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs one model copy is split over (--tensor-parallel-size)"
+    )
+    data_parallel_size: int = Field(
+        1, ge=1, description="model copies serving in parallel (--data-parallel-size)"
+    )
+    prefix_caching: bool = Field(True, description="reuse the KV cache of shared prompt prefixes")
+    trust_remote_code: bool = Field(
+        False, description="run the model repository's own Python code (--trust-remote-code)"
+    )
     dtype: str = Field("auto", description="vLLM --dtype (auto, bfloat16, float16, float32)")
     enforce_eager: bool = Field(False, description="skip CUDA graph capture: faster boot")
     extra_args: list[str] = Field(
@@ -79,12 +95,20 @@ class VllmConfig(BaseModel):
 
 
 class SamplingConfig(BaseModel):
+    """Sampling arguments of every request."""
+
     model_config = _STRICT
 
-    temperature: float = Field(0.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int | None = Field(2048, gt=0)
-    seed: int | None = 0
+    temperature: float = Field(0.0, ge=0, description="sampling temperature; 0 = greedy")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: probability mass kept")
+    max_tokens: int | None = Field(
+        2048, gt=0, description="tokens one completion may have; null for no limit"
+    )
+    seed: int | None = Field(
+        0,
+        description="rollout r of an example samples with seed + r, so rollouts differ yet "
+        "every run draws the same ones; null leaves the seed unset",
+    )
 
     def as_request_args(self) -> dict[str, Any]:
         """The OpenAI sampling arguments, without unset ones."""
@@ -92,11 +116,17 @@ class SamplingConfig(BaseModel):
 
 
 class EvalConfig(BaseModel):
+    """How the examples are run."""
+
     model_config = _STRICT
 
-    num_examples: int | None = Field(None, gt=0, description="null = all examples")
+    num_examples: int | None = Field(None, gt=0, description="the first N examples; null = all")
     rollouts: int = Field(1, ge=1, description="rollouts per example")
-    max_concurrent: int = Field(64, ge=1, description="requests in flight, not groups")
+    max_concurrent: int = Field(
+        64,
+        ge=1,
+        description="requests in flight (not verifiers' groups: with 4 rollouts, 16 examples)",
+    )
     prefetch: int = Field(
         1,
         ge=0,
@@ -107,17 +137,30 @@ class EvalConfig(BaseModel):
         100, ge=1, description="examples between fsyncs of checkpoint.jsonl (each is flushed)"
     )
     request_timeout: float = Field(
-        7200.0, gt=0, description="seconds one request may take before it errors"
+        7200.0, gt=0, description="seconds one request may take before it counts as errored"
     )
-    max_retries: int = Field(3, ge=0, description="client retries of one request")
+    max_retries: int = Field(
+        3,
+        ge=0,
+        description="client retries of one request (connection errors, timeouts, 408, 409, 429, "
+        "5xx; waits for Retry-After up to 2 min, else 0.5 s doubling to 8 s)",
+    )
 
 
 class GateConfig(BaseModel):
+    """When the benchmark item fails."""
+
     model_config = _STRICT
 
-    min_avg_reward: float | None = Field(None, ge=0, description="fail below this mean reward")
-    min_metrics: dict[str, float] = Field(default_factory=dict)
-    max_error_rate: float = Field(0.0, ge=0, le=1, description="tolerated errored fraction")
+    min_avg_reward: float | None = Field(
+        None, ge=0, description="fail when the mean reward is below this; null = no threshold"
+    )
+    min_metrics: dict[str, float] = Field(
+        default_factory=dict, description="{metric: minimum} for the environment's other metrics"
+    )
+    max_error_rate: float = Field(
+        0.0, ge=0, le=1, description="tolerated share of examples that could not be evaluated"
+    )
     max_drop: float = Field(
         0.0, ge=0, description="with a baseline: tolerated absolute drop in mean reward"
     )
@@ -129,18 +172,39 @@ class BenchmarkConfig(BaseModel):
 
     model_config = _STRICT
 
-    env_id: str = Field(min_length=1)
-    name: str | None = None
-    env_args: dict[str, Any] = Field(default_factory=dict)
-    chat_template: str | None = Field(
-        None, description="fallback template: base, code, math, think, or a .jinja path"
+    env_id: str = Field(min_length=1, description="verifiers environment id (file-qa is bundled)")
+    name: str | None = Field(
+        None, description="item name (-k matches it); no '[' or '::'; null = the file's stem"
     )
-    infra: InfraConfig = Field(default_factory=InfraConfig)  # type: ignore[arg-type]
-    vllm: VllmConfig = Field(default_factory=VllmConfig)  # type: ignore[arg-type]
-    sampling: SamplingConfig = Field(default_factory=SamplingConfig)  # type: ignore[arg-type]
-    eval: EvalConfig = Field(default_factory=EvalConfig)  # type: ignore[arg-type]
-    gate: GateConfig = Field(default_factory=GateConfig)  # type: ignore[arg-type]
-    tags: list[str] = Field(default_factory=list)
+    env_args: dict[str, Any] = Field(
+        default_factory=dict, description="arguments to the environment's load_environment"
+    )
+    chat_template: str | None = Field(
+        None,
+        description=f"fallback chat template when the model has none: "
+        f"{', '.join(FALLBACK_TEMPLATES)}, or a .jinja path relative to the YAML",
+    )
+    infra: InfraConfig = Field(
+        default_factory=InfraConfig,  # type: ignore[arg-type]
+        description="where the model runs",
+    )
+    vllm: VllmConfig = Field(
+        default_factory=VllmConfig,  # type: ignore[arg-type]
+        description="vLLM server arguments",
+    )
+    sampling: SamplingConfig = Field(
+        default_factory=SamplingConfig,  # type: ignore[arg-type]
+        description="sampling arguments of every request",
+    )
+    eval: EvalConfig = Field(
+        default_factory=EvalConfig,  # type: ignore[arg-type]
+        description="how the examples are run",
+    )
+    gate: GateConfig = Field(
+        default_factory=GateConfig,  # type: ignore[arg-type]
+        description="when the item fails",
+    )
+    tags: list[str] = Field(default_factory=list, description="markers for -m (Python identifiers)")
 
     @field_validator("chat_template")
     @classmethod

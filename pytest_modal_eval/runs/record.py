@@ -38,7 +38,9 @@ class RolloutRecord(TypedDict):
     ]
     scoring_ms: Annotated[float, "Time the environment's rubric took to score, in ms."]
     total_ms: Annotated[float, "The rollout's total time, in ms."]
-    info: Annotated[dict[str, Any], "The dataset row's info field ({} when it has none)."]
+    info: Annotated[
+        dict[str, Any], "The example's extra fields (file-qa: the JSONL line's other keys)."
+    ]
     error: Annotated[
         Any,
         "null, or the error that ended the rollout (an infrastructure failure, not a miss).",

@@ -1,4 +1,4 @@
-"""The Modal app that serves one model with vLLM (the original tool's ``serve.py``).
+"""The Modal app that serves one model with vLLM.
 
 Modal re-imports this module inside the container, where the local process's variables are gone.
 So everything the container needs travels in one environment variable, ``MODAL_EVAL_SPEC``
