@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +43,13 @@ def pytest_configure(config: pytest.Config) -> None:
     """Builds the per-process plugin objects; on a worker, connects to the controller's broker."""
     settings = resolve_settings(config)
     _check_path_options(config)
-    config.stash[SESSION_KEY] = EvalSession(config, settings)
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    references = (workerinput or {}).get(REFERENCES_INPUT_KEY) or _new_references_dir()
+    config.stash[SESSION_KEY] = EvalSession(config, settings, references_dir=Path(references))
     config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
     config.stash[RUNNER_KEY] = BenchmarkRunner(config.stash[SESSION_KEY])
     config.pluginmanager.register(PassedExampleReports(config), "modal_eval_passed_reports")
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
-    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is not None and BROKER_INPUT_KEY in workerinput:
         url, token = workerinput[BROKER_INPUT_KEY]
         config.stash[SOURCE_KEY] = BrokerClient(url, token)
@@ -59,6 +63,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(SummaryCollector(), "modal_eval_summary")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
+
+
+REFERENCES_INPUT_KEY = "modal_eval_references"
+
+
+def _new_references_dir() -> str:
+    # Named now, created only when a reference model posts results (most sessions never do).
+    return str(Path(tempfile.gettempdir()) / f"pytest-modal-eval-{uuid.uuid4().hex[:12]}")
 
 
 def _check_path_options(config: pytest.Config) -> None:
@@ -101,6 +113,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     deployments = config.stash.get(DEPLOYMENTS_KEY, None)
     if deployments is not None:
         deployments.stop_all()
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None and session.references_dir and not hasattr(config, "workerinput"):
+        shutil.rmtree(session.references_dir, ignore_errors=True)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -125,6 +140,7 @@ class XdistController:
             self.broker = Broker(self.config.stash[DEPLOYMENTS_KEY])
             self.broker.start()
         node.workerinput[BROKER_INPUT_KEY] = [self.broker.url, self.broker.token]
+        node.workerinput[REFERENCES_INPUT_KEY] = str(self.config.stash[SESSION_KEY].references_dir)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.broker is not None:

@@ -26,7 +26,8 @@ from pytest_modal_eval.exceptions import (
     ServerStartError,
 )
 from pytest_modal_eval.judge.baseline import Baseline, StoredBaseline, check_baseline, read_stored
-from pytest_modal_eval.judge.gate import judge
+from pytest_modal_eval.judge.gate import ReferenceComparison, judge
+from pytest_modal_eval.judge.reference import NoReference, ReferenceBoard
 from pytest_modal_eval.report.format import describe_comparison, describe_score, fmt
 from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
 from pytest_modal_eval.runs import heap
@@ -52,7 +53,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     """Runs in the item's setup (on the process running it): checks, the environment, then the
     endpoint, unless every selected example is already finished (then no server is started)."""
     settings = session.settings
-    if not settings.model:
+    if not item.model:
         raise EvalProblem(
             f"{item.benchmark.name}: no model given. Pass --model ORG/NAME (a Hugging Face "
             "id or a local directory); deselect evaluations with -m 'not eval'."
@@ -64,10 +65,10 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     # First, while the process is small (see read_stored).
     snapshot: Any = item.funcargs["snapshot"]
     stored = read_stored(snapshot)
-    request = ServerRequest.for_benchmark(settings, item.benchmark)
+    request = ServerRequest.for_benchmark(settings, item.benchmark, item.model)
     run_request = RunRequest(
         benchmark=item.benchmark,
-        model=settings.model,
+        model=item.model,
         output_dir=settings.output_dir,
         index_key=item.nodeid,
         cache=getattr(session.config, "cache", None),
@@ -91,10 +92,25 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     item.stash[PREPARED_KEY] = Prepared(run, info, stored)
 
 
-def release(item: BenchmarkItem) -> None:
-    """Drop what setup prepared (the environment, its rows, the run state), if still held."""
+def release(session: EvalSession, item: BenchmarkItem) -> None:
+    """Drop what setup prepared (the environment, its rows, the run state), if still held; a
+    reference item that left no results says so, so that no other model's item waits for it."""
     if PREPARED_KEY in item.stash:
         del item.stash[PREPARED_KEY]
+    if _is_reference(session, item):
+        _board(session).post_failure(
+            item.nodeid, f"{item.nodeid} did not finish its evaluation (see its report)"
+        )
+
+
+def _is_reference(session: EvalSession, item: BenchmarkItem) -> bool:
+    """The first model's item of a benchmark, when several models are compared."""
+    return len(session.settings.models) > 1 and item.model == session.settings.models[0]
+
+
+def _board(session: EvalSession) -> ReferenceBoard:
+    assert session.references_dir is not None
+    return ReferenceBoard(session.references_dir)
 
 
 def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
@@ -138,37 +154,55 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     # RSS of a run recording a baseline from 301 to 298 MB).
     gc.collect()
     heap.release_free_memory()
-    comparison, baseline_note = _baseline(session, item, outcome, snapshot, stored)
-    verdict = judge(outcome, config.gate, comparison)
+    current = _results_of(item, outcome)
+    if current is not None and _is_reference(session, item):
+        _board(session).post(item.nodeid, current)
+    comparison, baseline_note = _baseline(item, current, snapshot, stored)
+    reference, reference_note = _reference(session, item, current)
+    verdict = judge(outcome, config.gate, comparison, reference)
     item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
     elapsed = time.monotonic() - started
-    record_properties(item, outcome, verdict, session.settings.model or "", elapsed, comparison)
-    notes = [outcome.serving_note, outcome.new_run_note, outcome.journal_problem, baseline_note]
+    record_properties(item, outcome, verdict, item.model or "", elapsed, comparison, reference)
+    notes = [
+        outcome.serving_note,
+        outcome.new_run_note,
+        outcome.journal_problem,
+        baseline_note,
+        reference_note,
+    ]
     if comparison is not None and session.config.get_verbosity() > 0:
         notes += describe_comparison(comparison)
     for note in notes:
         if note:
             item.user_properties.append((f"{PROPERTY_PREFIX}note", note))
+    if reference is not None:
+        for line in describe_comparison(reference.comparison, "reference", "this model"):
+            item.user_properties.append((f"{PROPERTY_PREFIX}comparison", line))
     if not verdict.passed:
         raise EvalProblem(failure_message(item, outcome, verdict.reasons))
 
 
+def _results_of(item: BenchmarkItem, outcome: RunOutcome) -> Baseline | None:
+    """The run's per-example means as a baseline record (what a baseline or a reference is)."""
+    if not outcome.per_example_rewards:
+        return None
+    return Baseline.from_rewards(
+        benchmark=item.benchmark.name,
+        model=item.model or "",
+        config_hash=outcome.baseline_hash,
+        rewards=outcome.per_example_rewards,
+    )
+
+
 def _baseline(
-    session: EvalSession,
     item: BenchmarkItem,
-    outcome: RunOutcome,
+    current: Baseline | None,
     snapshot: Any,
     stored_file: StoredBaseline,
 ) -> tuple[PairedComparison | None, str | None]:
     """Record (--snapshot-update) or load the stored baseline and compare with it."""
-    if not outcome.per_example_rewards:
+    if current is None:
         return None, None
-    current = Baseline.from_rewards(
-        benchmark=item.benchmark.name,
-        model=session.settings.model or "",
-        config_hash=outcome.baseline_hash,
-        rewards=outcome.per_example_rewards,
-    )
     try:
         found = check_baseline(snapshot, current, stored_file)
     except BaselineError as exc:
@@ -187,10 +221,46 @@ def _baseline(
     return comparison, None
 
 
+def _reference(
+    session: EvalSession, item: BenchmarkItem, current: Baseline | None
+) -> tuple[ReferenceComparison | None, str | None]:
+    """Compare with the reference model's results of this session (see judge/reference.py)."""
+    if item.reference is None or item.reference_nodeid is None or current is None:
+        return None, None
+    model, nodeid = item.reference, item.reference_nodeid
+    if nodeid not in {other.nodeid for other in item.session.items}:
+        return None, (
+            f"the reference model {model} was not evaluated in this session (deselected): "
+            "no comparison"
+        )
+    # Under xdist the reference may be running on another worker: wait for it. In one process
+    # it ran before this item (collection order), unless a plugin reordered the items.
+    found = _board(session).read(nodeid, wait=hasattr(session.config, "workerinput"))
+    if found is None:
+        return None, f"the reference model {model} had not been evaluated yet: no comparison"
+    if isinstance(found, NoReference):
+        return None, f"no results of the reference model {model} ({found.reason}): no comparison"
+    if found.config_hash != current.config_hash:
+        return None, (
+            f"the reference model {model} was evaluated under a different configuration "
+            "(was a chat template found for one model only?): no comparison"
+        )
+    gate = item.benchmark.config.gate.vs_reference
+    comparison = compare_paired(
+        found.per_example,
+        current.per_example,
+        baseline_binary_single=found.binary_single,
+        run_binary_single=current.binary_single,
+        alpha=gate.alpha if gate else 0.05,
+        max_drop=gate.max_drop if gate else 0.0,
+    )
+    return ReferenceComparison(model, comparison), None
+
+
 def failure_message(item: BenchmarkItem, outcome: RunOutcome, reasons: list[str]) -> str:
     summary = outcome.summary
     evaluated = summary.n_examples if summary else 0
-    lines = [f"{item.benchmark.name}: gate failed"]
+    lines = [f"{item.name}: gate failed"]  # the benchmark's name, with the model when several
     lines += [f"  - {reason}" for reason in reasons]
     lines.append(
         f"  score {describe_score(outcome)}; {evaluated} examples x {outcome.rollouts} rollouts"
@@ -213,4 +283,4 @@ class BenchmarkRunner:
         evaluate(self.session, item, subtests, snapshot)
 
     def release(self, item: BenchmarkItem) -> None:
-        release(item)
+        release(self.session, item)

@@ -8,6 +8,7 @@ for stored baselines.
 from __future__ import annotations
 
 import fnmatch
+import re
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,13 +70,25 @@ class BenchmarkFile(pytest.Module):
         benchmark = load_benchmark(self.path, list(session.settings.overrides))
         for tag in ("eval", *benchmark.config.tags):
             _register_marker(self.config, tag)
-        item = BenchmarkItem.from_parent(
-            self, name=benchmark.name, callobj=_evaluate, benchmark=benchmark
-        )
-        item.add_marker("eval")
-        for tag in benchmark.config.tags:
-            item.add_marker(tag)
-        return [item]
+        models = session.settings.models
+        items: list[pytest.Item] = []
+        names = item_names(benchmark.name, models)
+        for model, name in zip(models or (None,), names, strict=True):
+            item = BenchmarkItem.from_parent(
+                self,
+                name=name,
+                callobj=_evaluate,
+                benchmark=benchmark,
+                model=model,
+                reference=models[0] if model is not None and model != models[0] else None,
+            )
+            item.add_marker("eval")
+            for tag in benchmark.config.tags:
+                item.add_marker(tag)
+            if item.reference is not None:
+                item.reference_nodeid = items[0].nodeid
+            items.append(item)
+        return items
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         from pytest_modal_eval.exceptions import BenchmarkError
@@ -83,6 +96,34 @@ class BenchmarkFile(pytest.Module):
         if isinstance(excinfo.value, BenchmarkError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+def item_names(benchmark: str, models: tuple[str, ...]) -> list[str]:
+    """Item names of a benchmark: its name alone for one model (or none), else
+    ``<benchmark>--<model>`` per model, in ``--model`` order.
+
+    Model ids become ``-k``-friendly words: ``/`` turns into ``--`` and anything but letters,
+    digits, ``.``, ``_`` and ``-`` into ``-`` (no ``[`` or ``::``, which pytest's ``--lf``
+    cannot match); a local directory is named by its last part.
+    """
+    if len(models) <= 1:
+        return [benchmark]
+    labels = [model_label(model) for model in models]
+    for label in set(labels):
+        same = [m for m, other in zip(models, labels, strict=True) if other == label]
+        if len(same) > 1:
+            raise pytest.UsageError(
+                f"--model {same[0]} and --model {same[1]} would both be named {label!r} in "
+                "test ids; give one of them another name (a symlink to a directory works)"
+            )
+    return [f"{benchmark}--{label}" for label in labels]
+
+
+def model_label(model: str) -> str:
+    """``Qwen/Qwen3-8B`` -> ``Qwen--Qwen3-8B``; ``./ckpt/step-100/`` -> ``step-100``."""
+    path = Path(model).expanduser()
+    text = path.name if path.is_dir() else "--".join(p for p in model.split("/") if p)
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text) or "model"
 
 
 def _register_marker(config: pytest.Config, name: str) -> None:
@@ -103,9 +144,20 @@ def _evaluate(request: pytest.FixtureRequest, subtests: Any, snapshot: Any) -> N
 class BenchmarkItem(pytest.Function):
     """One benchmark: its examples are subtests, its verdict is the gate."""
 
-    def __init__(self, *, benchmark: Benchmark, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        benchmark: Benchmark,
+        model: str | None = None,
+        reference: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.benchmark = benchmark
+        self.model = model  # None: no --model given (the item errors in setup)
+        # The first --model, when this item evaluates another one: compared against it.
+        self.reference = reference
+        self.reference_nodeid: str | None = None
 
     @property
     def runner(self) -> ItemRunner:
@@ -122,7 +174,12 @@ class BenchmarkItem(pytest.Function):
         self.runner.release(self)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, 0, f"benchmark {self.benchmark.name} ({self.benchmark.config.env_id})"
+        model = f", model {self.model}" if self.name != self.benchmark.name else ""
+        return (
+            self.path,
+            0,
+            f"benchmark {self.benchmark.name} ({self.benchmark.config.env_id}){model}",
+        )
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, EvalProblem):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,9 @@ class EvalSession:
     config: pytest.Config
     settings: Settings
     checker: EndpointChecker = field(default_factory=EndpointChecker)
+    # Where the reference model's items leave their results for the other models' items (see
+    # judge/reference.py); shared by the controller and its xdist workers, created on first use.
+    references_dir: Path | None = None
 
 
 SESSION_KEY = pytest.StashKey[EvalSession]()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,10 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     model: type[BaseModel] = BenchmarkConfig
     for part in loc:
         annotation = model.model_fields[str(part)].annotation
+        # An optional section (``X | None``) lists the keys of X.
+        annotation = next(
+            (a for a in typing.get_args(annotation) if a is not type(None)), annotation
+        )
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return []
         model = annotation

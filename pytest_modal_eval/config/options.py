@@ -22,9 +22,11 @@ def add_options(parser: pytest.Parser) -> None:
         "--model",
         dest="modal_eval_model",
         metavar="ORG/NAME",
-        default=None,
-        help="model under test: a Hugging Face id or a local directory. Benchmarks error "
-        "without it. Default: none.",
+        action="append",
+        default=[],
+        help="model under test: a Hugging Face id or a local directory. Repeat it to compare "
+        "models: each benchmark becomes one item per model, each compared with the first (the "
+        "reference). Benchmarks error without it. Default: none.",
     )
     group.addoption(
         "--override",
@@ -107,11 +109,18 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("modal_eval_vllm_python", default="", help="default --vllm-python")
 
 
+def _distinct_models(models: list[str]) -> tuple[str, ...]:
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    if repeated:
+        raise pytest.UsageError(f"--model {repeated[0]} is given more than once")
+    return tuple(models)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Resolved options: plain values, so they cross to xdist workers unchanged."""
 
-    model: str | None
+    models: tuple[str, ...]  # in command-line order; the first is the reference
     backend: str
     base_url: str | None
     api_key_env: str
@@ -121,6 +130,11 @@ class Settings:
     keep_deployment: bool
     vllm_python: str
     files: tuple[str, ...]
+
+    @property
+    def model(self) -> str | None:
+        """The reference model: the first ``--model`` (the only one, usually)."""
+        return self.models[0] if self.models else None
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
@@ -158,7 +172,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         or ""
     )
     return Settings(
-        model=option("modal_eval_model"),
+        models=_distinct_models(option("modal_eval_model") or []),
         backend=backend,
         base_url=base_url.rstrip("/") if base_url else None,
         api_key_env=option("modal_eval_api_key_env")

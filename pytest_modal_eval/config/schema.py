@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -145,6 +145,48 @@ class EvalConfig(BaseModel):
         description="client retries of one request (connection errors, timeouts, 408, 409, 429, "
         "5xx; waits for Retry-After up to 2 min, else 0.5 s doubling to 8 s)",
     )
+    pass_k: list[int] | None = Field(
+        None,
+        description="k values of pass@k (each <= rollouts); null = 1 and the powers of two up "
+        "to rollouts",
+    )
+
+    @field_validator("pass_k")
+    @classmethod
+    def _check_pass_k(cls, ks: list[int] | None) -> list[int] | None:
+        if ks is not None:
+            if not ks:
+                raise ValueError("give at least one k, or null for the default")
+            if any(k < 1 for k in ks):
+                raise ValueError(f"every k must be >= 1, got {ks}")
+        return ks
+
+    @model_validator(mode="after")
+    def _pass_k_within_rollouts(self) -> EvalConfig:
+        too_large = [k for k in self.pass_k or () if k > self.rollouts]
+        if too_large:
+            raise ValueError(
+                f"pass_k {too_large} needs at least {max(too_large)} rollouts per example; "
+                f"raise eval.rollouts (now {self.rollouts}) or drop those k"
+            )
+        return self
+
+    def pass_ks(self) -> list[int]:
+        """The k values of pass@k reported for this benchmark."""
+        from pytest_modal_eval.stats.pass_k import default_ks
+
+        return sorted(set(self.pass_k)) if self.pass_k else default_ks(self.rollouts)
+
+
+class VsReferenceConfig(BaseModel):
+    """With several ``--model``: fail a model significantly worse than the first (the reference)."""
+
+    model_config = _STRICT
+
+    max_drop: float = Field(
+        0.0, ge=0, description="tolerated absolute drop in mean reward below the reference"
+    )
+    alpha: float = Field(0.05, gt=0, lt=1, description="significance level of the paired test")
 
 
 class GateConfig(BaseModel):
@@ -165,6 +207,9 @@ class GateConfig(BaseModel):
         0.0, ge=0, description="with a baseline: tolerated absolute drop in mean reward"
     )
     alpha: float = Field(0.05, gt=0, lt=1, description="with a baseline: significance level")
+    vs_reference: VsReferenceConfig | None = Field(
+        None, description="with several --model: fail a model significantly worse than the first"
+    )
 
 
 class BenchmarkConfig(BaseModel):
@@ -214,6 +259,19 @@ class BenchmarkConfig(BaseModel):
                 f"use one of {', '.join(FALLBACK_TEMPLATES)} or a path to a .jinja file"
             )
         return value
+
+    @model_validator(mode="after")
+    def _pass_k_gates_within_rollouts(self) -> BenchmarkConfig:
+        from pytest_modal_eval.stats.pass_k import parse_metric_name
+
+        for metric in self.gate.min_metrics:
+            k = parse_metric_name(metric)
+            if k is not None and k > self.eval.rollouts:
+                raise ValueError(
+                    f"gate.min_metrics.{metric} needs at least {k} rollouts per example; raise "
+                    f"eval.rollouts (now {self.eval.rollouts}) or gate a smaller k"
+                )
+        return self
 
     @field_validator("tags")
     @classmethod

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pytest_modal_eval.report.format import describe_comparison, describe_score, fmt
+from pytest_modal_eval.report.format import (
+    describe_comparison,
+    describe_detectable,
+    describe_score,
+    fmt,
+)
 
 if TYPE_CHECKING:
     from pytest_modal_eval.config.schema import GateConfig
     from pytest_modal_eval.runs.evaluation import RunOutcome
     from pytest_modal_eval.stats.summary import PairedComparison
+
+
+@dataclass(frozen=True)
+class ReferenceComparison:
+    """This item's model against the session's reference model (the first ``--model``)."""
+
+    model: str  # the reference model
+    comparison: PairedComparison
+
 
 #: Warn when more than this share of rollouts hit max_tokens.
 TRUNCATION_WARN_SHARE = 0.5
@@ -23,15 +38,45 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
 
 
+def undetectable_warning(c: PairedComparison, field: str) -> str | None:
+    """A warning when the tolerated drop ``field`` is below what the test can detect: a drop
+    between the two would pass unnoticed, so a green gate says less than it seems to."""
+    if math.isfinite(c.detectable_drop) and c.max_drop >= c.detectable_drop:
+        return None
+    return (
+        f"{field} {c.max_drop:g} is below the smallest drop this comparison can detect "
+        f"({describe_detectable(c)}): a drop in between passes unnoticed; evaluate more "
+        f"examples or tolerate a larger drop"
+    )
+
+
 def judge(
-    outcome: RunOutcome, gate: GateConfig, comparison: PairedComparison | None = None
+    outcome: RunOutcome,
+    gate: GateConfig,
+    comparison: PairedComparison | None = None,
+    reference: ReferenceComparison | None = None,
 ) -> Verdict:
+    """The gate's verdict on one item; ``comparison`` is against its stored baseline,
+    ``reference`` against the reference model (failing it only with ``gate.vs_reference``)."""
     verdict = Verdict(passed=True)
-    if comparison is not None and comparison.regressed:
-        verdict.reasons.append(
-            "significant drop from the stored baseline: "
-            + "; ".join(describe_comparison(comparison))
-        )
+    if comparison is not None:
+        if comparison.regressed:
+            verdict.reasons.append(
+                "significant drop from the stored baseline: "
+                + "; ".join(describe_comparison(comparison))
+            )
+        elif (warning := undetectable_warning(comparison, "gate.max_drop")) is not None:
+            verdict.warnings.append(f"baseline: {warning}")
+    if reference is not None and gate.vs_reference is not None:
+        c = reference.comparison
+        if c.regressed:
+            verdict.reasons.append(
+                f"significantly worse than the reference model {reference.model} "
+                "(gate.vs_reference): "
+                + "; ".join(describe_comparison(c, "reference", "this model"))
+            )
+        elif (warning := undetectable_warning(c, "gate.vs_reference.max_drop")) is not None:
+            verdict.warnings.append(f"vs reference {reference.model}: {warning}")
     summary = outcome.summary
     if outcome.errored and outcome.error_rate > gate.max_error_rate:
         verdict.reasons.append(
@@ -48,10 +93,11 @@ def judge(
                 f"mean reward {describe_score(outcome)} < gate.min_avg_reward "
                 f"{gate.min_avg_reward:g}"
             )
+        metrics = {**outcome.metric_means, **{p.name: p.mean for p in outcome.pass_at_k}}
         for metric, threshold in sorted(gate.min_metrics.items()):
-            value = outcome.metric_means.get(metric)
+            value = metrics.get(metric)
             if value is None:
-                known = ", ".join(sorted(outcome.metric_means)) or "none"
+                known = ", ".join(sorted(metrics)) or "none"
                 verdict.reasons.append(
                     f"gate.min_metrics.{metric}: the environment reports no such metric "
                     f"(metrics: {known})"

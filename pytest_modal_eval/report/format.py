@@ -45,16 +45,20 @@ def describe_score(outcome: RunOutcome) -> str:
     )
 
 
-def describe_comparison(c: PairedComparison) -> list[str]:
-    """The baseline comparison in a few lines: means, difference with CI, p, what flipped."""
+def describe_comparison(
+    c: PairedComparison, before: str = "baseline", after: str = "run"
+) -> list[str]:
+    """A paired comparison in a few lines: means, difference with CI, p, what the test can
+    detect, what flipped. ``before``/``after`` name the two sides (baseline and run, or the
+    reference model and another)."""
     from pytest_modal_eval.stats.summary import DIFF_CONFIDENCE
 
     lines = [
-        f"baseline {fmt(c.baseline_mean)} -> run {fmt(c.run_mean)} over {c.n_shared} shared "
+        f"{before} {fmt(c.baseline_mean)} -> {after} {fmt(c.run_mean)} over {c.n_shared} shared "
         f"examples: diff {c.diff:+.3f} ({ci_label(DIFF_CONFIDENCE)} "
         f"[{fmt(c.diff_ci_low)}, {fmt(c.diff_ci_high)}]), "
         f"one-sided p = {fmt(c.p_value, 4)} ({c.test}; alpha {c.alpha:g}, "
-        f"max_drop {c.max_drop:g})"
+        f"max_drop {c.max_drop:g}); {describe_detectable(c)}"
     ]
     for label, ids in (
         ("solved -> missed", c.solved_to_missed),
@@ -65,3 +69,15 @@ def describe_comparison(c: PairedComparison) -> list[str]:
             more = f" and {len(ids) - FLIPS_SHOWN} more" if len(ids) > FLIPS_SHOWN else ""
             lines.append(f"{label} ({len(ids)}): {shown}{more}")
     return lines
+
+
+def describe_detectable(c: PairedComparison) -> str:
+    """``a drop under 0.214 is not detectable at 30 examples (80% power)``."""
+    from pytest_modal_eval.stats.power import POWER
+
+    if not math.isfinite(c.detectable_drop):
+        return f"no drop is detectable at {c.n_shared} examples"
+    return (
+        f"a drop under {fmt(c.detectable_drop)} is not detectable at {c.n_shared} examples "
+        f"({POWER:.0%} power)"
+    )

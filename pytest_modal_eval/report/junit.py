@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_modal_eval.judge.gate import Verdict
+    from pytest_modal_eval.judge.gate import ReferenceComparison, Verdict
     from pytest_modal_eval.runs.evaluation import RunOutcome
     from pytest_modal_eval.stats.summary import PairedComparison
 
@@ -23,6 +23,7 @@ def record_properties(
     model: str,
     elapsed: float,
     comparison: PairedComparison | None = None,
+    reference: ReferenceComparison | None = None,
 ) -> None:
     """Attach the figures as ``user_properties`` (str/int/float only: they cross xdist)."""
     s = outcome.summary
@@ -58,6 +59,24 @@ def record_properties(
             ("baseline_shared_examples", comparison.n_shared),
             ("solved_to_missed", ",".join(comparison.solved_to_missed)),
             ("missed_to_solved", ",".join(comparison.missed_to_solved)),
+            ("baseline_detectable_drop", _num(comparison.detectable_drop)),
+        ]
+    for p in outcome.pass_at_k:
+        props += [(p.name, _num(p.mean)), (f"{p.name}_stderr", _num(p.stderr))]
+    if reference is not None:
+        c = reference.comparison
+        props += [
+            ("reference_model", reference.model),
+            ("reference_mean", _num(c.baseline_mean)),
+            ("reference_diff", _num(c.diff)),
+            ("reference_diff_ci_low", _num(c.diff_ci_low)),
+            ("reference_diff_ci_high", _num(c.diff_ci_high)),
+            ("reference_p_value", _num(c.p_value)),
+            ("reference_test", c.test),
+            ("reference_shared_examples", c.n_shared),
+            ("reference_solved_to_missed", ",".join(c.solved_to_missed)),
+            ("reference_missed_to_solved", ",".join(c.missed_to_solved)),
+            ("reference_detectable_drop", _num(c.detectable_drop)),
         ]
     for warning in verdict.warnings:
         props.append((f"{PROPERTY_PREFIX}warning", warning))

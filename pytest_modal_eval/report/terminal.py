@@ -27,6 +27,9 @@ class SummaryCollector:
         row = dict(props)
         row["warnings"] = [v for k, v in report.user_properties if k == f"{PROPERTY_PREFIX}warning"]
         row["notes"] = [v for k, v in report.user_properties if k == f"{PROPERTY_PREFIX}note"]
+        row["comparison"] = [
+            v for k, v in report.user_properties if k == f"{PROPERTY_PREFIX}comparison"
+        ]
         self.rows.append(row)
 
     @pytest.hookimpl
@@ -47,7 +50,9 @@ class SummaryCollector:
             "run",
         )
         table = [header]
-        for row in sorted(self.rows, key=lambda r: str(r["benchmark"])):
+        # Per benchmark, the reference model first (other models carry reference_model).
+        self.rows.sort(key=lambda r: (str(r["benchmark"]), "reference_model" in r))
+        for row in self.rows:
             table.append(
                 (
                     str(row["benchmark"]),
@@ -75,6 +80,17 @@ class SummaryCollector:
                 extra.append(text)
             if int(row.get("errors", 0)):
                 extra.append(f"errored examples: {row['errors']}")
+            ks = [k for k in row if k.startswith("pass@") and not k.endswith("_stderr")]
+            if ks and ks != ["pass@1"]:  # one rollout per example: pass@1 only, as in JUnit
+                extra.append(
+                    "pass@k: "
+                    + ", ".join(
+                        f"{k} {fmt_any(row[k])} ± {fmt_any(row.get(f'{k}_stderr'))}" for k in ks
+                    )
+                )
+            if "reference_model" in row:
+                vs = f"{row['model']} vs {row['reference_model']} (reference)"
+                extra += [f"{vs}: {line}" for line in row["comparison"]]
             extra += [f"note: {n}" for n in row["notes"]]
             extra += [f"WARNING: {w}" for w in row["warnings"]]
             for text in extra:

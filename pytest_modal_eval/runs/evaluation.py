@@ -21,6 +21,7 @@ from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.client.answer_journal import AnswerJournal
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, match_rollouts
 from pytest_modal_eval.config.loader import Benchmark
+from pytest_modal_eval.config.schema import BenchmarkConfig
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.paths import RunPaths, benchmark_dir
 from pytest_modal_eval.runs.record import rollout_record
@@ -42,6 +43,7 @@ from pytest_modal_eval.runs.store import (
 )
 from pytest_modal_eval.serving.endpoint import EndpointInfo
 from pytest_modal_eval.stats import summary as stats
+from pytest_modal_eval.stats.pass_k import PassAtK, parse_metric_name, pass_at_k
 
 #: Consecutive errored examples after which the endpoint is taken to be down.
 ABORT_AFTER_CONSECUTIVE_ERRORS = 20
@@ -129,6 +131,7 @@ class RunOutcome:
     baseline_hash: str = ""
     # Finished example id -> its rollouts' rewards, as arrays (reads as {str id: [reward]}).
     per_example_rewards: stats.ExampleRewards = field(default_factory=stats.ExampleRewards.empty)
+    pass_at_k: list[PassAtK] = field(default_factory=list)  # over the finished examples
 
     @property
     def error_rate(self) -> float:
@@ -349,6 +352,7 @@ class BenchmarkRun:
             journal.close()
 
         outcome = _summarise(run_dir, run_id, state, self.started)
+        outcome.pass_at_k = _pass_at_k(outcome, config)
         outcome.resumed_examples = finished_before
         outcome.reused_answers = journal.replayed
         outcome.journal_problem = journal.problem
@@ -518,6 +522,17 @@ def _summarise(run_dir: Path, run_id: str, state: RunState, started: float) -> R
     )
 
 
+def _pass_at_k(outcome: RunOutcome, config: BenchmarkConfig) -> list[PassAtK]:
+    """pass@k for the benchmark's k values and those its gate names (``pass@8`` in
+    ``gate.min_metrics``), over the finished examples."""
+    rewards = outcome.per_example_rewards
+    if not len(rewards):
+        return []
+    gated = (parse_metric_name(name) for name in config.gate.min_metrics)
+    ks = {*config.eval.pass_ks(), *(k for k in gated if k is not None)}
+    return pass_at_k(rewards.rewards, (k for k in ks if k <= rewards.rollouts))
+
+
 def _metadata(request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]) -> dict[str, Any]:
     summary = outcome.summary
     return {
@@ -531,6 +546,9 @@ def _metadata(request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]
         "time_ms": round(outcome.elapsed_s * 1000, 1),
         "avg_reward": summary.mean if summary else None,
         "avg_metrics": outcome.metric_means,
+        "pass_at_k": {
+            p.name: {"mean": p.mean, "stderr": _finite(p.stderr)} for p in outcome.pass_at_k
+        },
         "stderr": _finite(summary.stderr) if summary else None,
         "ci": [_finite(summary.ci_low), _finite(summary.ci_high)] if summary else None,
         "ci_level": summary.confidence if summary else None,

@@ -139,7 +139,11 @@ class ServerRequest:
     api_key_env: str
 
     @classmethod
-    def for_benchmark(cls, settings: Settings, benchmark: Benchmark) -> ServerRequest:
+    def for_benchmark(
+        cls, settings: Settings, benchmark: Benchmark, model: str | None = None
+    ) -> ServerRequest:
+        """The request of ``benchmark`` for ``model`` (default: the first ``--model``); the
+        model is part of the profile, so each model gets its own server."""
         config = benchmark.config
         template = config.chat_template
         if template is not None and template.endswith(".jinja"):
@@ -147,7 +151,7 @@ class ServerRequest:
             template = str((benchmark.path.parent / template).resolve())
         return cls(
             backend=settings.backend,
-            model=settings.model or "",
+            model=model or settings.model or "",
             infra=config.infra.model_dump(),
             vllm=config.vllm.model_dump(),
             chat_template=template,

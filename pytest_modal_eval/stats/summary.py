@@ -21,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
+from pytest_modal_eval.stats import power
+
 # scipy.special's distribution functions, not scipy.stats: the same numbers from the same
 # library (tests/test_stats.py checks them against scipy.stats and statsmodels), without the
 # ~45 MB that importing scipy.stats adds to every evaluation process.
@@ -378,6 +380,9 @@ class PairedComparison:
     missed_to_solved: list[str] = field(default_factory=list)
     only_in_baseline: int = 0
     only_in_run: int = 0
+    # The smallest drop this test detects with 80% power at n_shared and alpha (see
+    # stats.power); NaN when no drop is detectable at this n.
+    detectable_drop: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict; undefined (NaN) figures become ``None``."""
@@ -507,6 +512,14 @@ def compare_paired(
         p_value, ci_low, ci_high = _paired_t(new, base)
 
     diff = float(np.mean(new) - np.mean(base))
+    if test == TEST_MCNEMAR:
+        # Chance flips are measured by the flips *up*: a drop adds flips down, not up.
+        detectable = power.detectable_drop_mcnemar(
+            len(shared), len(missed_to_solved) / len(shared), alpha
+        )
+    else:
+        spread = float(np.std(new - base, ddof=1)) if len(shared) > 1 else math.nan
+        detectable = power.detectable_drop_t(len(shared), spread, alpha)
     return PairedComparison(
         test=test,
         n_shared=len(shared),
@@ -524,4 +537,5 @@ def compare_paired(
         missed_to_solved=missed_to_solved,
         only_in_baseline=len(baseline) - len(shared),
         only_in_run=len(run) - len(shared),
+        detectable_drop=detectable,
     )

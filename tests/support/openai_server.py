@@ -3,7 +3,9 @@
 It knows the answers (from JSONL files given with ``--answers``, or by doing the
 arithmetic in "What is A + B?"), and answers correctly for a controllable fraction of
 questions: question q is answered right when hash(salt, q) < accuracy, so a run is
-reproducible and changing ``salt`` simulates sampling noise. ``fail_rate`` makes a
+reproducible and changing ``salt`` simulates sampling noise. ``models`` serves further models,
+each with its own settings over the top-level ones (``{"b": {"accuracy": 0.6}}``), so one
+server stands in for several models of different quality. ``fail_rate`` makes a
 deterministic fraction of questions answer HTTP 500. ``/admin/config`` (POST JSON)
 changes any setting at run time and ``/admin/stats`` counts requests.
 
@@ -48,6 +50,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "right_when_seed_even": False,  # right answer exactly when the request's seed is even
     "salt_per_rollout": False,
     "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
+    "models": {},  # further served model name -> its settings over these (accuracy, salt, ...)
 }
 
 
@@ -70,6 +73,13 @@ class FakeModel:
         digest = hashlib.sha256("\x00".join(parts).encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
 
+    def settings_for(self, model: Any) -> dict[str, Any] | None:
+        """The settings answering ``model``, or None when it is not served."""
+        if model == self.settings["model"]:
+            return self.settings
+        extra = self.settings["models"].get(model) if isinstance(model, str) else None
+        return None if extra is None else {**self.settings, **extra}
+
     def unauthorized(self, request: web.Request) -> web.Response | None:
         key = self.settings["require_key"]
         if key and request.headers.get("Authorization") != f"Bearer {key}":
@@ -81,8 +91,9 @@ class FakeModel:
         self.stats["models_requests"] += 1
         if (refused := self.unauthorized(request)) is not None:
             return refused
+        names = [self.settings["model"], *self.settings["models"]]
         return web.json_response(
-            {"object": "list", "data": [{"id": self.settings["model"], "object": "model"}]}
+            {"object": "list", "data": [{"id": name, "object": "model"} for name in names]}
         )
 
     async def chat(self, request: web.Request) -> web.Response:
@@ -90,7 +101,9 @@ class FakeModel:
             return refused
         body = await request.json()
         self.stats["chat_requests"] += 1
-        if body.get("model") != self.settings["model"]:
+        self.stats[f"chat_requests:{body.get('model')}"] += 1
+        settings = self.settings_for(body.get("model"))
+        if settings is None:
             return web.json_response(
                 {
                     "error": {
@@ -108,24 +121,24 @@ class FakeModel:
         self.seeds_by_question.setdefault(question, []).append(body.get("seed"))
         self.in_flight += 1
         try:
-            if self.settings["delay"]:
-                await asyncio.sleep(float(self.settings["delay"]))
-            if self.settings["batch_step"]:
-                await _in_batches(float(self.settings["batch_step"]), self.settings["batch_steps"])
-            if self.settings["hold_repeats"] and self.by_question[question] > 1:
-                await _hold(request, float(self.settings["hold_repeats"]))
-            repeat_fails = self.settings["fail_repeats"] and self.by_question[question] > 1
-            if repeat_fails or self.fraction("fail", question) < float(self.settings["fail_rate"]):
+            if settings["delay"]:
+                await asyncio.sleep(float(settings["delay"]))
+            if settings["batch_step"]:
+                await _in_batches(float(settings["batch_step"]), settings["batch_steps"])
+            if settings["hold_repeats"] and self.by_question[question] > 1:
+                await _hold(request, float(settings["hold_repeats"]))
+            repeat_fails = settings["fail_repeats"] and self.by_question[question] > 1
+            if repeat_fails or self.fraction("fail", question) < float(settings["fail_rate"]):
                 self.stats["failed_requests"] += 1
                 return web.json_response(
                     {"error": {"message": "injected failure", "type": "InternalServerError"}},
-                    status=int(self.settings["fail_status"]),
+                    status=int(settings["fail_status"]),
                 )
-            salt = str(self.settings["salt"])
-            if self.settings["salt_per_rollout"]:
+            salt = str(settings["salt"])
+            if settings["salt_per_rollout"]:
                 salt += f"/{self.by_question[question]}"
-            right = self.fraction(salt, question) < float(self.settings["accuracy"])
-            if self.settings["right_when_seed_even"]:
+            right = self.fraction(salt, question) < float(settings["accuracy"])
+            if settings["right_when_seed_even"]:
                 right = isinstance(body.get("seed"), int) and body["seed"] % 2 == 0
             expected = self.answer_for(question)
             if expected is None:

@@ -1,0 +1,267 @@
+"""Several models in one session: items per model, the comparison with the reference model,
+the vs_reference gate, pass@k and what a paired test can detect."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from scipy import special
+
+from pytest_modal_eval.stats import power
+from pytest_modal_eval.stats.pass_k import default_ks, pass_at_k, per_example
+from tests.conftest import BenchmarkProject, arithmetic_rows
+from tests.support.openai_server import FakeModel
+
+N = 200
+REFERENCE, CHALLENGER = "test-model", "model-b"
+
+
+def correct_ids(accuracy: float, salt: str = "", n: int = N) -> set[int]:
+    """Which examples the test server answers right: the same rule the server uses."""
+    fake = FakeModel(REFERENCE, {})
+    return {
+        i
+        for i, row in enumerate(arithmetic_rows(n))
+        if fake.fraction(salt, row["question"]) < accuracy
+    }
+
+
+def two_models(project: BenchmarkProject, reference: float, challenger: float) -> list[str]:
+    """Serve both models (the challenger redraws which questions it gets right) -> args."""
+    project.server.configure(
+        accuracy=reference, models={CHALLENGER: {"accuracy": challenger, "salt": "b"}}
+    )
+    return ["--model", CHALLENGER]
+
+
+def properties(project: BenchmarkProject, item: str) -> dict[str, str]:
+    tree = ET.parse(project.pytester.path / "report.xml")
+    case = next(c for c in tree.iter("testcase") if c.get("name") == item)
+    return {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+
+
+def test_one_item_per_model_with_ids_that_k_selects(project: BenchmarkProject) -> None:
+    project.add("alpha", n=4)
+    project.add("beta", n=4)
+    extra = two_models(project, 1.0, 1.0)
+    result = project.run("--collect-only", "-q", *extra)
+    result.stdout.fnmatch_lines(
+        [
+            "evals/alpha.yaml::alpha--test-model",
+            "evals/alpha.yaml::alpha--model-b",
+            "evals/beta.yaml::beta--test-model",
+            "evals/beta.yaml::beta--model-b",
+        ]
+    )
+    selected = project.run("--collect-only", "-q", "-k", "model-b", *extra)
+    selected.stdout.fnmatch_lines(["*::alpha--model-b", "*::beta--model-b", "*2/4 tests*"])
+    one = project.run("--collect-only", "-q")  # a single model: ids as they always were
+    one.stdout.fnmatch_lines(["evals/alpha.yaml::alpha", "evals/beta.yaml::beta"])
+
+
+def test_comparison_line_and_flips_each_way(project: BenchmarkProject) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1}")
+    result = project.run(*two_models(project, 0.9, 0.6), "--junitxml=report.xml")
+    result.assert_outcomes(passed=2)  # no vs_reference section: reported, never failed
+    ref, new = correct_ids(0.9), correct_ids(0.6, "b")
+    down, up = sorted(ref - new), sorted(new - ref)
+    assert down and up
+    out = result.stdout.str()
+    line = next(x for x in out.splitlines() if "model-b vs test-model (reference): reference" in x)
+    assert f"over {N} shared examples: diff {(len(new) - len(ref)) / N:+.3f}" in line
+    assert "(mcnemar-exact;" in line and "is not detectable at 200 examples (80% power)" in line
+    shown = ", ".join(str(i) for i in down[:20])
+    assert f"model-b vs test-model (reference): solved -> missed ({len(down)}): {shown}" in out
+    assert f"missed -> solved ({len(up)}): " in out
+    props = properties(project, "alpha--model-b")
+    assert props["model"] == CHALLENGER and props["reference_model"] == REFERENCE
+    assert props["reference_solved_to_missed"] == ",".join(str(i) for i in down)
+    assert props["reference_missed_to_solved"] == ",".join(str(i) for i in up)
+    assert "reference_model" not in properties(project, "alpha--test-model")
+    stats = project.server.stats()
+    assert stats[f"chat_requests:{REFERENCE}"] == N and stats[f"chat_requests:{CHALLENGER}"] == N
+
+
+def test_vs_reference_gate_fails_a_worse_model(project: BenchmarkProject) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1, vs_reference: {alpha: 0.05}}")
+    result = project.run(*two_models(project, 0.9, 0.6))
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*benchmark alpha (file-qa), model model-b*",
+            "alpha--model-b: gate failed",
+            "*significantly worse than the reference model test-model (gate.vs_reference)*",
+        ]
+    )
+    assert "FAILED evals/alpha.yaml::alpha--model-b" in result.stdout.str()
+
+
+def test_vs_reference_gate_passes_within_max_drop_and_warns_below_detectable(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1, vs_reference: {max_drop: 0.5}}")
+    result = project.run(*two_models(project, 0.9, 0.6))
+    result.assert_outcomes(passed=2)
+    project.add("beta", n=20, gate="gate: {min_avg_reward: 0.1, vs_reference: {max_drop: 0.0}}")
+    small = project.run("evals/beta.yaml", "--eval-fresh", *two_models(project, 0.9, 0.9))
+    small.assert_outcomes(passed=2)
+    small.stdout.fnmatch_lines(
+        [
+            "*WARNING: vs reference test-model: gate.vs_reference.max_drop 0 is below the smallest "
+            "drop this comparison can detect*evaluate more examples*"
+        ]
+    )
+
+
+def test_xdist_challenger_waits_for_the_reference(project: BenchmarkProject) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1, vs_reference: {}}")
+    result = project.run_subprocess("-n", "2", *two_models(project, 0.9, 0.6))
+    result.assert_outcomes(passed=1, failed=1)
+    assert "significantly worse than the reference model test-model" in result.stdout.str()
+
+
+def test_pass_at_k_in_metadata_junit_and_gate(project: BenchmarkProject) -> None:
+    project.add(
+        "alpha",
+        n=40,
+        gate="gate: {min_metrics: {'pass@4': 0.99}}",
+        extra_yaml="eval: {rollouts: 4, max_retries: 0}\n",
+    )
+    project.server.configure(accuracy=0.5, salt_per_rollout=True)
+    result = project.run("--junitxml=report.xml")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*metric pass@4 = 0.* < gate.min_metrics.pass@4 0.99*"])
+    result.stdout.fnmatch_lines(["*pass@k: pass@1 0.* ± 0.*, pass@2 0.*, pass@4 0.*"])
+    (run_dir,) = project.run_dirs("alpha")
+    meta = json.loads((run_dir / "metadata.json").read_text())
+    assert set(meta["pass_at_k"]) == {"pass@1", "pass@2", "pass@4"}
+    rewards = np.zeros((40, 4))
+    for line in (run_dir / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        rewards[record["example_id"], record["rollout"]] = record["reward"]
+    expected = {p.name: p.mean for p in pass_at_k(rewards, [1, 2, 4])}
+    for name, value in expected.items():
+        assert meta["pass_at_k"][name]["mean"] == pytest.approx(value)
+        assert float(properties(project, "alpha")[name]) == pytest.approx(value, abs=1e-6)
+    assert meta["pass_at_k"]["pass@1"]["mean"] == pytest.approx(meta["avg_reward"])
+
+
+def test_pass_at_k_larger_than_rollouts_is_a_config_error(project: BenchmarkProject) -> None:
+    project.add("alpha", n=4, extra_yaml="eval: {rollouts: 2, pass_k: [1, 4]}\n")
+    result = project.run("--collect-only")
+    assert "eval: Value error, pass_k [4] needs at least 4 rollouts per example" in (
+        result.stdout.str()
+    )
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_pass_at_k_matches_brute_force(n: int) -> None:
+    rng = np.random.default_rng(n)
+    rows = rng.choice([0.0, 0.5, 1.0], size=(25, n))
+    for k in range(1, n + 1):
+        brute = [
+            np.mean(
+                [
+                    any(row[j] >= 1.0 for j in subset)
+                    for subset in itertools.combinations(range(n), k)
+                ]
+            )
+            for row in rows
+        ]
+        np.testing.assert_allclose(per_example(rows, k), brute, rtol=1e-12)
+    (summary,) = pass_at_k(rows, [n])
+    assert summary.stderr == pytest.approx(np.std(per_example(rows, n), ddof=1) / 5)
+
+
+def test_default_ks_are_one_and_powers_of_two() -> None:
+    assert default_ks(1) == [1]
+    assert default_ks(10) == [1, 2, 4, 8]
+    assert default_ks(16) == [1, 2, 4, 8, 16]
+
+
+def _simulated_mcnemar_power(n: int, noise: float, drop: float, rng: np.random.Generator) -> float:
+    counts = rng.multinomial(n, [noise + drop, noise, 1 - 2 * noise - drop], size=20_000)
+    down, up = counts[:, 0], counts[:, 1]
+    p = np.where(down > 0, special.bdtrc(np.maximum(down - 1, 0), down + up, 0.5), 1.0)
+    return float(np.mean(p < 0.05))
+
+
+@pytest.mark.parametrize(("n", "noise"), [(30, 0.0), (30, 0.1), (200, 0.05)])
+def test_detectable_drop_of_mcnemar_matches_a_simulation(n: int, noise: float) -> None:
+    rng = np.random.default_rng(7)
+    drop = power.detectable_drop_mcnemar(n, noise, 0.05)
+    assert 0 < drop < 1
+    # 20,000 simulated comparisons: the standard error of a power near 0.8 is 0.003.
+    assert _simulated_mcnemar_power(n, noise, drop, rng) == pytest.approx(0.8, abs=0.012)
+    assert _simulated_mcnemar_power(n, noise, drop - 0.03, rng) < 0.78
+
+
+@pytest.mark.parametrize(("n", "sd"), [(30, 0.3), (200, 0.2)])
+def test_detectable_drop_of_paired_t_matches_a_simulation(n: int, sd: float) -> None:
+    rng = np.random.default_rng(11)
+    drop = power.detectable_drop_t(n, sd, 0.05)
+    diffs = rng.normal(-drop, sd, size=(20_000, n))
+    t = diffs.mean(axis=1) / (diffs.std(axis=1, ddof=1) / math.sqrt(n))
+    simulated = float(np.mean(special.stdtr(n - 1, t) < 0.05))
+    assert simulated == pytest.approx(0.8, abs=0.012)
+
+
+def test_too_few_examples_detect_nothing() -> None:
+    # Exact McNemar at alpha 0.05 needs 5 flips down and none up: 3 examples never get there.
+    assert math.isnan(power.detectable_drop_mcnemar(3, 0.0, 0.05))
+
+
+def _stored_runs(project: BenchmarkProject, reference: float, challenger: float) -> list[str]:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1}")
+    result = project.run(*two_models(project, reference, challenger))
+    result.assert_outcomes(passed=2)
+    base = project.pytester.path / "outputs" / "evals"
+    (a,) = [p for p in (base / "alpha--default--test-model").iterdir() if p.is_dir()]
+    (b,) = [p for p in (base / "alpha--default--model-b").iterdir() if p.is_dir()]
+    return [str(a), str(b)]
+
+
+def _compare(*args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from pytest_modal_eval.cli import main
+
+    result = CliRunner().invoke(main, ["compare", *args])
+    return result.exit_code, result.output
+
+
+def test_compare_stored_runs_exit_status_and_json(project: BenchmarkProject) -> None:
+    run_a, run_b = _stored_runs(project, 0.9, 0.6)
+    ref, new = correct_ids(0.9), correct_ids(0.6, "b")
+    status, out = _compare(run_a, run_b)
+    assert status == 1, out
+    assert f"solved -> missed ({len(ref - new)}): " in out and "FAIL: significant drop" in out
+    status, out = _compare(run_a, run_b, "--json")
+    assert status == 1
+    doc = json.loads(out)
+    c = doc["comparison"]
+    assert c["test"] == "mcnemar-exact" and c["n_shared"] == N
+    assert c["solved_to_missed"] == [str(i) for i in sorted(ref - new)]
+    assert c["missed_to_solved"] == [str(i) for i in sorted(new - ref)]
+    assert c["diff"] == pytest.approx((len(new) - len(ref)) / N)
+    assert doc["run_b"]["model"] == CHALLENGER and doc["configuration_differs_in"] == []
+    assert 0 < c["detectable_drop"] < 0.2
+    # Tolerating the whole drop, or comparing the other way round: no failure.
+    assert _compare(run_a, run_b, "--max-drop", "0.5")[0] == 0
+    assert _compare(run_b, run_a)[0] == 0
+
+
+def test_compare_refuses_runs_of_different_benchmarks(project: BenchmarkProject) -> None:
+    run_a, _ = _stored_runs(project, 0.9, 0.9)
+    project.add("beta", n=10, gate="gate: {min_avg_reward: 0.1}")
+    project.run("evals/beta.yaml").assert_outcomes(passed=1)
+    (beta,) = project.run_dirs("beta")
+    status, out = _compare(run_a, str(beta))
+    assert status == 2 and "compare runs of one benchmark" in out
+    status, out = _compare(run_a, str(project.pytester.path))
+    assert status == 2 and "is not a run directory (no metadata.json)" in out
