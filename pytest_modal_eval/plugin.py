@@ -16,6 +16,8 @@ from pytest_modal_eval.collect.item_run import BenchmarkRunner
 from pytest_modal_eval.collect.items import RUNNER_KEY, BenchmarkFile, is_benchmark_file
 from pytest_modal_eval.collect.session import SESSION_KEY, EvalSession
 from pytest_modal_eval.config.options import add_options, resolve_settings
+from pytest_modal_eval.report.progress import LiveProgress
+from pytest_modal_eval.report.session_report import SessionReport
 from pytest_modal_eval.report.terminal import SummaryCollector
 from pytest_modal_eval.serving.deployments import (
     BROKER_INPUT_KEY,
@@ -61,6 +63,10 @@ def pytest_configure(config: pytest.Config) -> None:
         if settings.backend == "modal" and settings.model and not config.option.collectonly:
             _check_modal_credentials()
         config.pluginmanager.register(SummaryCollector(), "modal_eval_summary")
+        # Opt out with -p no:modal_eval_progress (registering a blocked name does nothing).
+        config.pluginmanager.register(LiveProgress(config), "modal_eval_progress")
+        if settings.report is not None:
+            config.pluginmanager.register(SessionReport(settings.report), "modal_eval_report")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
 

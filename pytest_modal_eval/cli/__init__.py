@@ -14,6 +14,7 @@ import click
 #: Command name -> "module:attribute" of its click command, in the order ``--help`` lists them.
 COMMANDS: dict[str, str] = {
     "compare": "pytest_modal_eval.cli.compare:compare",
+    "report": "pytest_modal_eval.cli.report:report",
 }
 
 

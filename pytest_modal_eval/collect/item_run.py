@@ -28,8 +28,9 @@ from pytest_modal_eval.exceptions import (
 from pytest_modal_eval.judge.baseline import Baseline, StoredBaseline, check_baseline, read_stored
 from pytest_modal_eval.judge.gate import ReferenceComparison, judge
 from pytest_modal_eval.judge.reference import NoReference, ReferenceBoard
-from pytest_modal_eval.report.format import describe_comparison, describe_score, fmt
+from pytest_modal_eval.report.format import describe_comparison, describe_score
 from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
+from pytest_modal_eval.report.progress import example_fields
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.evaluation import BenchmarkRun, ExampleResult, RunOutcome, RunRequest
 from pytest_modal_eval.serving.deployments import endpoint_source
@@ -125,14 +126,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     passed_examples = PassedExampleLog(item)
 
     def on_example(result: ExampleResult) -> None:
-        reward = fmt(sum(result.rewards) / len(result.rewards)) if result.rewards else "error"
-        progress = {
-            "reward": reward,
-            "done": f"{result.done}/{result.total}",
-            "mean": fmt(result.running_mean),
-        }
-        if result.resumed:
-            progress["resumed"] = "yes"
+        progress = example_fields(result)  # also what the live progress lines read
         msg = f"example {result.example_id}"
         if result.error is None:
             passed_examples.log(msg, **progress)

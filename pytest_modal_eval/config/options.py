@@ -96,6 +96,15 @@ def add_options(parser: pytest.Parser) -> None:
         "environment). Default: $MODAL_EVAL_VLLM_PYTHON, else ini modal_eval_vllm_python, else "
         "the current interpreter.",
     )
+    group.addoption(
+        "--eval-report",
+        dest="modal_eval_report",
+        metavar="PATH",
+        default=None,
+        help="where the session writes its HTML report (one self-contained file); 'none' "
+        "writes none. Default: ini modal_eval_report, else report.html in the output "
+        "directory.",
+    )
     parser.addini(
         "modal_eval_files",
         type="linelist",
@@ -107,6 +116,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("modal_eval_api_key_env", default="", help="default --api-key-env")
     parser.addini("modal_eval_output_dir", default="", help="default --eval-output-dir")
     parser.addini("modal_eval_vllm_python", default="", help="default --vllm-python")
+    parser.addini("modal_eval_report", default="", help="default --eval-report")
 
 
 def _distinct_models(models: list[str]) -> tuple[str, ...]:
@@ -130,6 +140,7 @@ class Settings:
     keep_deployment: bool
     vllm_python: str
     files: tuple[str, ...]
+    report: Path | None = None  # the session's HTML report; None: none is written
 
     @property
     def model(self) -> str | None:
@@ -171,6 +182,12 @@ def resolve_settings(config: pytest.Config) -> Settings:
         or ini("modal_eval_vllm_python")
         or ""
     )
+    report_option = option("modal_eval_report") or ini("modal_eval_report") or ""
+    report: Path | None = None
+    if report_option.lower() != "none":
+        report = Path(report_option) if report_option else output_dir / "report.html"
+        if not report.is_absolute():
+            report = Path(config.invocation_params.dir) / report
     return Settings(
         models=_distinct_models(option("modal_eval_model") or []),
         backend=backend,
@@ -184,4 +201,5 @@ def resolve_settings(config: pytest.Config) -> Settings:
         keep_deployment=bool(option("modal_eval_keep")),
         vllm_python=vllm_python,
         files=tuple(config.getini("modal_eval_files") or DEFAULT_FILES),
+        report=report,
     )

@@ -1,0 +1,267 @@
+"""Live progress of the running benchmarks, drawn on the controller from example reports.
+
+Every example of a benchmark is reported as a subtest (see ``collect/example_reports.py``), and
+those reports reach the controller under xdist as they do in-process; their keyword values
+(:func:`example_fields`) carry what the progress line needs, so nothing else crosses between
+processes.
+
+On a terminal, one line per running benchmark sits below pytest's current line and is
+redrawn in place (at most :data:`REDRAW_S` apart): the cursor always goes back to where pytest
+left it, so pytest's own output lands where it expects, and the block is erased before
+anything pytest writes. Elsewhere (a pipe, a CI log) a plain line is written every
+:data:`PLAIN_STEP` of a benchmark's examples or :data:`PLAIN_EVERY_S` seconds. ``-v`` shows
+every example instead, ``-q`` keeps only the terminal's in-place lines, ``-qq`` and
+``-p no:modal_eval_progress`` turn it off.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.runs.evaluation import ExampleResult
+
+#: Seconds between redraws of the terminal's in-place lines.
+REDRAW_S = 0.2
+#: A plain progress line (not a terminal) every this share of a benchmark's examples...
+PLAIN_STEP = 0.1
+#: ...or after this many seconds without one.
+PLAIN_EVERY_S = 60.0
+#: z of the running mean's 95% interval (a normal approximation; the end uses the full method).
+Z95 = 1.959963984540054
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_DONE = re.compile(r"(\d+)/(\d+)")
+
+
+def example_fields(result: ExampleResult) -> dict[str, str]:
+    """The keyword values of an example's subtest report: shown by ``-v`` and read back by
+    :func:`read_fields` for the progress lines."""
+    rewards = result.rewards
+    reward = f"{sum(rewards) / len(rewards):.3f}" if rewards else "error"
+    mean = result.running_mean
+    fields = {
+        "reward": reward,
+        "done": f"{result.done}/{result.total}",
+        "mean": f"{mean:.3f}" if mean is not None and math.isfinite(mean) else "n/a",
+    }
+    if result.resumed:
+        fields["resumed"] = "yes"
+    return fields
+
+
+@dataclass(frozen=True)
+class ExampleFields:
+    reward: float | None  # None: the example errored
+    done: int
+    total: int
+    resumed: bool
+
+
+def read_fields(kwargs: Any) -> ExampleFields | None:
+    """:func:`example_fields` read back from a subtest report's keyword values, which pytest
+    stores as reprs (once more after each trip through xdist); None for any other subtest."""
+    if not isinstance(kwargs, dict) or "done" not in kwargs or "reward" not in kwargs:
+        return None
+    done = _DONE.search(str(kwargs["done"]))
+    if done is None:
+        return None
+    reward = _NUMBER.search(str(kwargs["reward"]))
+    return ExampleFields(
+        reward=float(reward[0]) if reward else None,
+        done=int(done[1]),
+        total=int(done[2]),
+        resumed="resumed" in kwargs,
+    )
+
+
+@dataclass
+class BenchmarkProgress:
+    """One running benchmark, as its example reports tell it."""
+
+    name: str
+    started: float
+    total: int = 0
+    done: int = 0
+    resumed: int = 0
+    errors: int = 0
+    n: int = 0
+    mean: float = 0.0
+    _m2: float = 0.0  # Welford's sum of squared deviations
+    next_plain: int = 0
+    last_plain: float = field(default=0.0)
+
+    def add(self, fields: ExampleFields) -> None:
+        self.total = fields.total
+        self.done = max(self.done, fields.done)
+        if fields.resumed:
+            self.resumed += 1
+        if fields.reward is None:
+            self.errors += 1
+            return
+        self.n += 1
+        delta = fields.reward - self.mean
+        self.mean += delta / self.n
+        self._m2 += delta * (fields.reward - self.mean)
+
+    def rate(self, now: float) -> float | None:
+        """Examples per second evaluated by this session (resumed ones are not counted)."""
+        elapsed = now - self.started
+        new = self.done - self.resumed
+        return new / elapsed if elapsed >= 1.0 and new > 0 else None
+
+    def line(self, now: float) -> str:
+        parts = [self.name, f"{self.done}/{self.total}"]
+        if self.total:
+            parts[-1] += f" ({100 * self.done / self.total:.0f}%)"
+        rate = self.rate(now)
+        parts.append(f"{rate:.1f} ex/s" if rate is not None else "- ex/s")
+        if rate and self.total > self.done:
+            parts.append(f"ETA {_clock((self.total - self.done) / rate)}")
+        if self.n:
+            mean = f"mean {self.mean:.3f}"
+            if self.n > 1:
+                half = Z95 * math.sqrt(self._m2 / (self.n - 1) / self.n)
+                mean += f" ± {half:.3f}"
+            parts.append(mean)
+        parts.append(f"errors {self.errors}")
+        return "  ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class LiveProgress:
+    """Registered on the controller (or the only process) as ``modal_eval_progress``."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.running: dict[str, BenchmarkProgress] = {}
+        self._drawn = False
+        self._last_draw = 0.0
+        self._tty: bool | None = None  # decided when the session starts (terminal reporter)
+        self._reporter: Any = None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Runs on the controller: decides terminal or plain lines, or none at all."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        verbosity = self.config.get_verbosity(pytest.Config.VERBOSITY_SUBTESTS)
+        if reporter is None or verbosity > 0 or self.config.get_verbosity() <= -2:
+            return  # -v reports every example itself
+        live_logs = bool(self.config.getoption("log_cli_level", None)) or _ini_true(
+            self.config, "log_cli"
+        )
+        # Cursor movement needs a terminal that is not "dumb"; colours (NO_COLOR, PY_COLORS)
+        # are another matter.
+        tty = bool(reporter.isatty()) and os.environ.get("TERM") != "dumb" and not live_logs
+        if not tty and self.config.get_verbosity() < 0:
+            return  # -q: no plain lines
+        self._reporter, self._tty = reporter, tty
+
+    # -- what the reports say ---------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Iterator[None]:
+        """Runs on the controller around the terminal reporter, for every report."""
+        if self._reporter is None:
+            return (yield)
+        fields = None
+        if isinstance(report, pytest.SubtestReport):
+            fields = read_fields(report.context.kwargs)
+        silent = fields is not None and report.passed
+        if not silent:
+            self._erase()
+        try:
+            return (yield)
+        finally:
+            now = time.monotonic()
+            if fields is not None:
+                self._example(report.nodeid, fields, now)
+            elif report.when in ("call", "teardown"):  # the benchmark's own report: it ended
+                self.running.pop(report.nodeid, None)
+            if not silent or now - self._last_draw >= REDRAW_S:
+                self._draw(now)
+
+    def _example(self, nodeid: str, fields: ExampleFields, now: float) -> None:
+        progress = self.running.get(nodeid)
+        if progress is None:
+            progress = BenchmarkProgress(nodeid.rsplit("::", 1)[-1], started=now)
+            progress.last_plain = now
+            self.running[nodeid] = progress
+        progress.add(fields)
+        if self._tty:
+            return
+        step = max(1, math.ceil(progress.total * PLAIN_STEP))
+        if progress.done >= progress.next_plain or now - progress.last_plain >= PLAIN_EVERY_S:
+            if progress.next_plain or progress.done == progress.total:  # not at the first example
+                terminal = self.config.get_terminal_writer()
+                if terminal.width_of_current_line:
+                    terminal.line()
+                terminal.line(f"progress: {progress.line(now)}")
+                terminal.flush()
+            progress.next_plain = (progress.done // step + 1) * step
+            progress.last_plain = now
+
+    # -- the terminal's in-place block -------------------------------------------------------
+
+    def _erase(self) -> None:
+        if self._drawn:
+            self.config.get_terminal_writer().write_raw("\x1b[J", flush=True)
+            self._drawn = False
+
+    def _draw(self, now: float) -> None:
+        if not self._tty:
+            return
+        self._last_draw = now
+        terminal = self.config.get_terminal_writer()
+        lines = [p.line(now) for p in self.running.values()]
+        if not lines:
+            self._erase()
+            return
+        width = max(20, terminal.fullwidth - 1)
+        column = terminal.width_of_current_line
+        # Erase, draw below the current line, and go back to where pytest's cursor was.
+        text = "\x1b[J" + "".join("\n" + line[:width] for line in lines)
+        text += f"\x1b[{len(lines)}A\r" + (f"\x1b[{column}C" if column else "")
+        terminal.write_raw(text, flush=True)
+        self._drawn = True
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self) -> None:
+        """Before the terminal reporter writes a test's path: erase the block."""
+        self._erase()
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_logfinish(self) -> Iterator[None]:
+        self._erase()
+        try:
+            return (yield)
+        finally:
+            self._draw(time.monotonic())
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        self.running.clear()
+        self._erase()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self) -> None:
+        self._erase()
+
+
+def _ini_true(config: pytest.Config, name: str) -> bool:
+    try:
+        return bool(config.getini(name))
+    except ValueError:
+        return False
