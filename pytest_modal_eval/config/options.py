@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
@@ -123,6 +124,25 @@ class Settings:
     files: tuple[str, ...]
 
 
+DEFAULT_OUTPUT_DIR = "outputs/evals"
+
+
+def output_dir_from(
+    option: str | None, ini: str | None, invocation_dir: Path, environ: Mapping[str, str]
+) -> Path:
+    """--eval-output-dir, else $MODAL_EVAL_OUTPUT_DIR, else the ini key, else the default;
+    relative to the directory pytest (or the command line) was started in."""
+    output = Path(
+        option or environ.get("MODAL_EVAL_OUTPUT_DIR") or ini or DEFAULT_OUTPUT_DIR
+    ).expanduser()
+    return output if output.is_absolute() else invocation_dir / output
+
+
+def vllm_python_from(option: str | None, ini: str | None, environ: Mapping[str, str]) -> str:
+    """--vllm-python, else $MODAL_EVAL_VLLM_PYTHON, else the ini key; "" for this interpreter."""
+    return option or environ.get("MODAL_EVAL_VLLM_PYTHON") or ini or ""
+
+
 def resolve_settings(config: pytest.Config) -> Settings:
     def option(name: str) -> Any:
         return config.getoption(name)
@@ -142,20 +162,14 @@ def resolve_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--backend endpoint needs --base-url URL")
     if base_url and backend != "endpoint":
         raise pytest.UsageError(f"--base-url cannot be combined with --backend {backend}")
-    output = (
-        option("modal_eval_output_dir")
-        or os.environ.get("MODAL_EVAL_OUTPUT_DIR")
-        or ini("modal_eval_output_dir")
-        or "outputs/evals"
+    output_dir = output_dir_from(
+        option("modal_eval_output_dir"),
+        ini("modal_eval_output_dir"),
+        Path(config.invocation_params.dir),
+        os.environ,
     )
-    output_dir = Path(output)
-    if not output_dir.is_absolute():
-        output_dir = Path(config.invocation_params.dir) / output_dir
-    vllm_python = (
-        option("modal_eval_vllm_python")
-        or os.environ.get("MODAL_EVAL_VLLM_PYTHON")
-        or ini("modal_eval_vllm_python")
-        or ""
+    vllm_python = vllm_python_from(
+        option("modal_eval_vllm_python"), ini("modal_eval_vllm_python"), os.environ
     )
     return Settings(
         model=option("modal_eval_model"),
