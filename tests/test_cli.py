@@ -234,3 +234,29 @@ def test_every_command_is_registered_and_documented() -> None:
 def test_run_layout_is_read_through_run_paths(outputs: Path) -> None:
     runs = list(iter_runs(outputs))
     assert len(runs) == 3 and all(isinstance(r, RunPaths) for r in runs)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pytest.ini", "[pytest]\nmodal_eval_output_dir = out\nmodal_eval_files =\n  b/*.yaml\n"),
+        (
+            "pyproject.toml",
+            '[tool.pytest.ini_options]\nmodal_eval_output_dir = "out"\n'
+            'modal_eval_files = ["b/*.yaml"]\n',
+        ),
+    ],
+)
+def test_project_reads_ini_as_pytest_does(tmp_path: Path, name: str, text: str) -> None:
+    """Pins the private pytest API cli/project.py uses (``determine_setup`` and the
+    ``ConfigValue`` it returns): this fails loudly if pytest changes it."""
+    from pytest_modal_eval.cli.project import Project
+
+    (tmp_path / name).write_text(text)
+    (tmp_path / "sub").mkdir()
+    project = Project.find(tmp_path / "sub")
+    assert project.rootdir == tmp_path and project.inipath == tmp_path / name
+    assert project.ini_lines("modal_eval_files", []) == ["b/*.yaml"]
+    assert project.output_dir(None, environ={}) == tmp_path / "sub" / "out"
+    assert project.output_dir(None, environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/x")
+    assert project.output_dir("/y", environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/y")

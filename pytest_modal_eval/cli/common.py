@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from pytest_modal_eval.cli.project import Project
+from pytest_modal_eval.config.locations import output_dir_from
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +34,11 @@ def json_option(function: F) -> F:
 
 
 def resolve_output_dir(option: str | None) -> Path:
+    """As the plugin resolves it; the ini file is looked for only when it decides."""
+    if option or os.environ.get("MODAL_EVAL_OUTPUT_DIR"):
+        return output_dir_from(option, None, Path.cwd(), os.environ)
+    from pytest_modal_eval.cli.project import Project
+
     return Project.find().output_dir(option)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from _pytest.config.findpaths import determine_setup
 
-from pytest_modal_eval.config import options
+from pytest_modal_eval.config import locations
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Project:
         return list(default)
 
     def output_dir(self, option: str | None, environ: Mapping[str, str] | None = None) -> Path:
-        return options.output_dir_from(
+        return locations.output_dir_from(
             option,
             self.ini_str("modal_eval_output_dir"),
             self.invocation_dir,

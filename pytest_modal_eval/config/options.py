@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
 import pytest
 
+from pytest_modal_eval.config.locations import output_dir_from, vllm_python_from
 from pytest_modal_eval.config.overrides import parse_override
 from pytest_modal_eval.config.schema import Backend
 
@@ -122,25 +122,6 @@ class Settings:
     keep_deployment: bool
     vllm_python: str
     files: tuple[str, ...]
-
-
-DEFAULT_OUTPUT_DIR = "outputs/evals"
-
-
-def output_dir_from(
-    option: str | None, ini: str | None, invocation_dir: Path, environ: Mapping[str, str]
-) -> Path:
-    """--eval-output-dir, else $MODAL_EVAL_OUTPUT_DIR, else the ini key, else the default;
-    relative to the directory pytest (or the command line) was started in."""
-    output = Path(
-        option or environ.get("MODAL_EVAL_OUTPUT_DIR") or ini or DEFAULT_OUTPUT_DIR
-    ).expanduser()
-    return output if output.is_absolute() else invocation_dir / output
-
-
-def vllm_python_from(option: str | None, ini: str | None, environ: Mapping[str, str]) -> str:
-    """--vllm-python, else $MODAL_EVAL_VLLM_PYTHON, else the ini key; "" for this interpreter."""
-    return option or environ.get("MODAL_EVAL_VLLM_PYTHON") or ini or ""
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
