@@ -26,7 +26,6 @@ import pytest
 from modal._image import LATEST_IMAGE_BUILDER_VERSION
 from modal._utils.async_utils import synchronizer
 from modal._utils.name_utils import is_valid_object_name
-from modal_proto import api_pb2
 
 from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 from pytest_modal_eval.exceptions import ServingError
@@ -59,7 +58,7 @@ def make_spec(
     return DeploySpec.for_profile(profile, served)
 
 
-def private(fn: modal.Function[Any, Any, Any]) -> Any:
+def private(fn: Any) -> Any:
     """The ``_Function`` behind the public wrapper (where modal keeps local-only settings)."""
     return synchronizer._translate_in(fn)  # type: ignore[no-untyped-call]
 
@@ -71,7 +70,7 @@ def closure(obj: Any) -> dict[str, Any]:
 
 def image_commands(image: modal.Image) -> list[str]:
     found: list[str] = []
-    values = closure(private(image))  # type: ignore[arg-type]
+    values = closure(private(image))
     for base in values["base_images"].values():
         found += image_commands(base)
     if values["dockerfile_function"] is not None:
@@ -99,18 +98,18 @@ CONFIGS = [
 
 
 @pytest.mark.parametrize(("infra", "vllm"), CONFIGS)
-def test_function_spec(infra: dict[str, Any], vllm: dict[str, Any]) -> None:
+def test_server_spec(infra: dict[str, Any], vllm: dict[str, Any]) -> None:
     spec = make_spec(infra=infra, vllm=vllm)
     cfg = spec.profile.infra
     built = modal_app.build(spec)
     assert built.app.name == spec.app_name()
-    info = built.function.info()
+    info = built.server.info()
 
     kind, _, count = cfg.gpu.partition(":")
     assert info.gpus == [(kind, int(count or 1))]
-    assert info.timeout == cfg.timeout
-    assert info.concurrency_info is not None
-    assert info.concurrency_info.max_inputs == cfg.max_concurrent_inputs
+    assert info.port == 8000
+    assert info.startup_timeout == cfg.startup_timeout
+    assert info.unauthenticated is False  # callers need a Modal proxy token
     assert {path: v.name for path, v in info.volumes.items()} == {
         "/root/.cache/huggingface": "huggingface-cache",
         "/root/.cache/vllm": "vllm-cache",
@@ -120,23 +119,64 @@ def test_function_spec(infra: dict[str, Any], vllm: dict[str, Any]) -> None:
         "modal.Secret.from_name('vllm-api-key')",
         "Secret.from_dict([MODAL_EVAL_SPEC])",
     ]
-    assert info.web_info is not None and info.web_info.unauthenticated is False
 
-    fn = private(built.function)
-    webhook = fn._webhook_config
-    assert webhook.type == api_pb2.WEBHOOK_TYPE_WEB_SERVER
-    assert webhook.web_server_port == 8000
-    assert webhook.web_server_startup_timeout == cfg.startup_timeout
-    assert webhook.requires_proxy_auth is True
-    assert closure(fn)["autoscaler_settings"].scaledown_window == cfg.scaledown_window
+    fn = private(built.server)._service_function
+    values = closure(fn)
+    autoscaler = values["autoscaler_settings"]
+    assert autoscaler.scaledown_window == cfg.scaledown_window
+    assert autoscaler.min_containers == cfg.min_containers
+    assert autoscaler.max_containers == cfg.max_containers
+    assert autoscaler.target_concurrency_float == cfg.max_concurrent_inputs  # the default
+    assert values["max_concurrent_inputs"] == cfg.max_concurrent_inputs
+    assert values["enable_memory_snapshot"] is False
+    assert values["http_config"].startup_timeout == cfg.startup_timeout
+    assert built.app._local_state.tags["created-by"] == "pytest-modal-eval"
 
     secrets = {repr(s): private(s) for s in fn._spec.secrets}
     api_key = closure(secrets["modal.Secret.from_name('vllm-api-key')"])
     assert api_key["required_keys"] == ["VLLM_API_KEY"]
-    # The spec travels to the container in the function's environment, exactly.
+    # The spec travels to the container in the server's environment, exactly.
     env = closure(secrets["Secret.from_dict([MODAL_EVAL_SPEC])"])["load_env_dict"]()
     assert env == spec.to_env()
     assert DeploySpec.from_env(env) == spec
+
+
+def test_replicas_and_snapshots() -> None:
+    infra = {
+        "min_containers": 1,
+        "max_containers": 4,
+        "target_concurrency": 32,
+        "max_concurrent_inputs": 64,
+        "memory_snapshot": True,
+    }
+    built = modal_app.build(make_spec(infra=infra))
+    values = closure(private(built.server)._service_function)
+    autoscaler = values["autoscaler_settings"]
+    assert (autoscaler.min_containers, autoscaler.max_containers) == (1, 4)
+    assert autoscaler.target_concurrency_float == 32
+    assert values["max_concurrent_inputs"] == 64
+    assert values["enable_memory_snapshot"] is True
+    assert values["experimental_options"] == {"enable_gpu_snapshot": "True"}
+    assert private(built.server)._user_cls is modal_app.VllmSnapshotServer
+
+
+def test_scaling_settings_keep_the_app_name() -> None:
+    """`deploy --warm` and a later run with the benchmark's own scaling find the same app."""
+    base = make_spec().app_name()
+    for infra in (
+        {"min_containers": 1},
+        {"max_containers": 8},
+        {"target_concurrency": 16},
+        {"memory_snapshot": True},
+        {"scaledown_window": 60},
+    ):
+        assert make_spec(infra=infra).app_name() == base
+    assert make_spec(infra={"gpu": "H100"}).app_name() != base
+
+
+def test_modal_rejects_a_target_above_the_cap() -> None:
+    with pytest.raises(modal.exception.InvalidError, match="target_concurrency"):
+        modal_app.build(make_spec(infra={"target_concurrency": 300, "max_concurrent_inputs": 64}))
 
 
 def test_image_pins_vllm() -> None:
@@ -151,20 +191,33 @@ def test_exact_container_command() -> None:
         vllm={"tensor_parallel_size": 2, "max_model_len": 8192, "extra_args": ["--seed", "1"]},
     )
     assert modal_app.container_command(spec, "/root/modal_eval_chat_template.jinja") == [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", "Qwen/Qwen2.5-7B-Instruct",
-        "--served-model-name", "qwen",
-        "--host", "0.0.0.0",
-        "--port", "8000",
-        "--dtype", "auto",
-        "--gpu-memory-utilization", "0.9",
-        "--tensor-parallel-size", "2",
-        "--data-parallel-size", "1",
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "--served-model-name",
+        "qwen",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--dtype",
+        "auto",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--tensor-parallel-size",
+        "2",
+        "--data-parallel-size",
+        "1",
         "--enable-prefix-caching",
-        "--max-model-len", "8192",
-        "--chat-template", "/root/modal_eval_chat_template.jinja",
-        "--seed", "1",
-    ]  # fmt: skip
+        "--max-model-len",
+        "8192",
+        "--chat-template",
+        "/root/modal_eval_chat_template.jinja",
+        "--seed",
+        "1",
+    ]
 
 
 def test_container_reimport_rebuilds_the_same_app() -> None:
@@ -174,7 +227,7 @@ def test_container_reimport_rebuilds_the_same_app() -> None:
         "import json\n"
         "from pytest_modal_eval.serving.modal import app as m\n"
         "s = m.DeploySpec.from_env()\n"
-        "print(json.dumps({'app': m.app.name, 'gpus': m.build(s).function.info().gpus,"
+        "print(json.dumps({'app': m.app.name, 'gpus': m.build(s).server.info().gpus,"
         " 'cmd': m.container_command(s, None)}))\n"
     )
     env = {**os.environ, **spec.to_env(), "PYTHONPATH": str(REPO)}
@@ -388,8 +441,9 @@ def test_failed_deploy_reports_log_and_app_logs(
     monkeypatch.setattr(ModalServer, "_web_url", lambda self, name: None)
     spec = make_spec()
     logs = tmp_path / "logs"
-    server = ModalServer(spec.profile, logs_dir=logs, environ=PROXY_ENV, modal_cli=cli,
-                         served_model_name="qwen")  # fmt: skip
+    server = ModalServer(
+        spec.profile, logs_dir=logs, environ=PROXY_ENV, modal_cli=cli, served_model_name="qwen"
+    )
 
     with pytest.raises(ServingError) as info:
         server.start()

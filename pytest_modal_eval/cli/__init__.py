@@ -13,6 +13,13 @@ import click
 
 #: Command name -> "module:attribute" of its click command, in the order ``--help`` lists them.
 COMMANDS: dict[str, str] = {
+    "benchmarks": "pytest_modal_eval.cli.benchmarks:benchmarks",
+    "runs": "pytest_modal_eval.cli.runs:runs",
+    "show": "pytest_modal_eval.cli.show:show",
+    "deploy": "pytest_modal_eval.cli.deploy:deploy",
+    "status": "pytest_modal_eval.cli.status:status",
+    "stop": "pytest_modal_eval.cli.stop:stop",
+    "doctor": "pytest_modal_eval.cli.doctor:doctor",
     "compare": "pytest_modal_eval.cli.compare:compare",
     "report": "pytest_modal_eval.cli.report:report",
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,11 +50,17 @@ def is_benchmark_file(path: Path, config: pytest.Config, explicit: bool) -> bool
         return False
     if explicit:
         return True
+    return matches_benchmark_patterns(path, config.rootpath, config.getini("modal_eval_files"))
+
+
+def matches_benchmark_patterns(path: Path, rootdir: Path, patterns: Sequence[str]) -> bool:
+    """A YAML file whose path relative to the rootdir matches one of ``modal_eval_files``."""
+    if path.suffix not in (".yaml", ".yml"):
+        return False
     try:
-        relative = path.relative_to(config.rootpath).as_posix()
+        relative = path.relative_to(rootdir).as_posix()
     except ValueError:
         return False
-    patterns = config.getini("modal_eval_files")
     return any(fnmatch.fnmatchcase(relative, pattern) for pattern in patterns)
 
 

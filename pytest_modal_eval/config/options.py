@@ -9,6 +9,7 @@ from typing import Any, get_args
 
 import pytest
 
+from pytest_modal_eval.config.locations import output_dir_from, vllm_python_from
 from pytest_modal_eval.config.overrides import parse_override
 from pytest_modal_eval.config.schema import Backend
 
@@ -167,20 +168,14 @@ def resolve_settings(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--backend endpoint needs --base-url URL")
     if base_url and backend != "endpoint":
         raise pytest.UsageError(f"--base-url cannot be combined with --backend {backend}")
-    output = (
-        option("modal_eval_output_dir")
-        or os.environ.get("MODAL_EVAL_OUTPUT_DIR")
-        or ini("modal_eval_output_dir")
-        or "outputs/evals"
+    output_dir = output_dir_from(
+        option("modal_eval_output_dir"),
+        ini("modal_eval_output_dir"),
+        Path(config.invocation_params.dir),
+        os.environ,
     )
-    output_dir = Path(output)
-    if not output_dir.is_absolute():
-        output_dir = Path(config.invocation_params.dir) / output_dir
-    vllm_python = (
-        option("modal_eval_vllm_python")
-        or os.environ.get("MODAL_EVAL_VLLM_PYTHON")
-        or ini("modal_eval_vllm_python")
-        or ""
+    vllm_python = vllm_python_from(
+        option("modal_eval_vllm_python"), ini("modal_eval_vllm_python"), os.environ
     )
     report_option = option("modal_eval_report") or ini("modal_eval_report") or ""
     report: Path | None = None

@@ -41,15 +41,30 @@ class InfraConfig(BaseModel):
         description=f"Modal GPU, TYPE[:COUNT] (e.g. 'H100:2'); TYPE one of {', '.join(GPU_TYPES)}; "
         "COUNT 1-8",
     )
-    timeout: int = Field(3600, gt=0, description="Modal function timeout, seconds")
-    scaledown_window: int = Field(
-        300, gt=0, description="idle seconds before the Modal container stops"
+    timeout: int = Field(
+        3600, gt=0, description="unused on Modal Servers (a container lives until scaled down)"
     )
+    scaledown_window: int = Field(300, gt=0, description="idle seconds before Modal scales to 0")
     max_concurrent_inputs: int = Field(
-        256, gt=0, description="requests one vLLM container accepts at once (@modal.concurrent)"
+        256, gt=0, description="requests one vLLM container accepts at once"
     )
     startup_timeout: int = Field(
         1200, gt=0, description="seconds vLLM may take to come up (Modal and local)"
+    )
+    min_containers: int = Field(
+        0, ge=0, description="vLLM replicas Modal keeps up even when idle (1: always warm)"
+    )
+    max_containers: int = Field(
+        1, ge=1, description="most vLLM replicas Modal runs behind its load balancer"
+    )
+    target_concurrency: float | None = Field(
+        None,
+        gt=0,
+        description="requests per replica Modal's autoscaler aims at before adding one; "
+        "null = max_concurrent_inputs",
+    )
+    memory_snapshot: bool = Field(
+        False, description="restore new containers from a memory snapshot of a started vLLM"
     )
 
     @field_validator("gpu")

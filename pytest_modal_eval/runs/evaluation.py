@@ -588,6 +588,7 @@ def _run_config(
         "server_profile": request.server,
         "endpoint": info.endpoint.base_url,
         "chat_template": info.chat_template or None,
+        "server_startup": info.startup or None,
         "sampling": config.sampling.model_dump(),
         "rollouts": config.eval.rollouts,
         "num_examples": n_selected,

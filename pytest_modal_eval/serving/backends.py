@@ -140,5 +140,6 @@ def start_server(
         check_timeout=spec.check_timeout(profile),
         server_logs=str(logs_dir),
         proxied=spec.proxied,
+        startup=dict(getattr(server, "timings", None) or {}),
     )
     return server, info

@@ -200,6 +200,8 @@ class EndpointInfo:
     check_timeout: float = 15.0
     server_logs: str | None = None  # directory of the server's logs, linked into each run
     proxied: bool = False  # behind our proxy: requests may route their log line per run
+    # Seconds the server took to start, by phase (Modal: "deploy", "until_serving"); {} if reused
+    startup: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "endpoint": self.endpoint.to_json()}

@@ -15,11 +15,14 @@ huggingface_hub), not this plugin's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +44,7 @@ VLLM_VERSION = "0.32.0"  # the same version as the CPU build the flags are teste
 PYTHON_VERSION = "3.12"
 # Bump when the container's behaviour changes without the spec changing: it is part of the app
 # name, so a deployment made by older code is never silently reused.
-SERVING_REVISION = "1"
+SERVING_REVISION = "2"
 
 PORT = 8000
 FUNCTION_NAME = "serve"
@@ -54,6 +57,26 @@ API_KEY_SECRET = "vllm-api-key"  # VLLM_API_KEY, which vLLM itself reads from it
 
 #: Where the container records its chat-template decision, keyed by app name.
 TEMPLATE_DICT = "pytest-modal-eval-chat-templates"
+#: Where each container records how long vLLM took to answer, keyed by app name.
+STARTUP_DICT = "pytest-modal-eval-startups"
+STARTUPS_KEPT = 20
+
+#: The tag that marks an app as this tool's: ``stop`` and ``status`` touch no other app.
+CREATED_BY_TAG, CREATED_BY = "created-by", "pytest-modal-eval"
+
+#: Settings Modal applies at deploy time that do not change what the server answers. They are
+#: left out of the app name, so `pytest-modal-eval deploy --warm` and a later `pytest` run with
+#: the benchmark's own scaling settings find the same app.
+DEPLOY_TIME_FIELDS = (
+    "timeout",
+    "scaledown_window",
+    "max_concurrent_inputs",
+    "startup_timeout",
+    "min_containers",
+    "max_containers",
+    "target_concurrency",
+    "memory_snapshot",
+)
 
 # Modal allows 64 characters of [A-Za-z0-9._-] in an app name, but the name also becomes part of
 # the web URL's DNS label (<workspace>--<app>-serve.modal.run, at most 63 characters, lowercase
@@ -100,11 +123,36 @@ class DeploySpec:
         return cls.from_json(json.loads(raw)) if raw else None
 
     def app_name(self) -> str:
-        """``eval-<model slug>-<hash>``: readable, unique per spec, within Modal's limits."""
+        """``eval-<model slug>-<hash>``: readable, unique per server, within Modal's limits.
+
+        The hash covers what the server answers with (model, vLLM arguments, GPU, chat
+        template), not :data:`DEPLOY_TIME_FIELDS`: the same server scaled differently is the
+        same app, redeployed in place by ``pytest-modal-eval deploy``.
+        """
         tail = self.profile.model.rstrip("/").rsplit("/", 1)[-1].lower()
         slug = re.sub(r"[^a-z0-9]+", "-", tail).strip("-")[:_SLUG_MAX].strip("-") or "model"
-        identity = {"spec": self.to_json(), "vllm": VLLM_VERSION, "rev": SERVING_REVISION}
+        spec = self.to_json()
+        spec["profile"]["infra"] = {
+            k: v for k, v in spec["profile"]["infra"].items() if k not in DEPLOY_TIME_FIELDS
+        }
+        identity = {"spec": spec, "vllm": VLLM_VERSION, "rev": SERVING_REVISION}
         return f"{APP_NAME_PREFIX}-{slug}-{sha256_text(canonical_json(identity))[:10]}"
+
+    def tags(self) -> dict[str, str]:
+        """Modal app tags: this tool's mark, and what ``status`` shows without the spec."""
+        profile = self.profile
+        return {
+            CREATED_BY_TAG: CREATED_BY,
+            "model": tag_value(profile.model),
+            "gpu": tag_value(profile.infra.gpu),
+            "tp": str(profile.vllm.tensor_parallel_size),
+            "dp": str(profile.vllm.data_parallel_size),
+        }
+
+
+def tag_value(text: str) -> str:
+    """Modal tags allow 63 characters of [A-Za-z0-9._-]: ``org/name`` -> ``org--name``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text.replace("/", "--").replace(":", "x"))[:63]
 
 
 def vllm_image() -> modal.Image:
@@ -128,10 +176,11 @@ def container_command(spec: DeploySpec, chat_template_path: str | None) -> list[
     return vllm_command(sys.executable, args)
 
 
-def serve() -> None:
+def serve(*, sleep_mode: bool = False) -> subprocess.Popen[bytes]:
     """Container body: decide the chat template, record the decision, start vLLM.
 
-    Returns at once; ``@modal.web_server`` then waits for port 8000 up to its startup timeout.
+    Returns once vLLM is started; Modal then waits for port 8000 up to ``startup_timeout``.
+    ``sleep_mode`` starts vLLM so that it can release the GPU before a memory snapshot.
     """
     spec = DeploySpec.from_env()
     if spec is None:
@@ -147,7 +196,11 @@ def serve() -> None:
         template_path = _CONTAINER_TEMPLATE_PATH
     print(log_line(choice.provenance), flush=True)
     _publish_provenance(spec.app_name(), choice.provenance)
-    subprocess.Popen(container_command(spec, template_path))
+    command = container_command(spec, template_path)
+    if sleep_mode:
+        command.append("--enable-sleep-mode")
+        os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep and /wake_up
+    return subprocess.Popen(command)
 
 
 def _publish_provenance(app_name: str, provenance: dict[str, str]) -> None:
@@ -159,25 +212,134 @@ def _publish_provenance(app_name: str, provenance: dict[str, str]) -> None:
         print(f"could not record the chat template in Dict {TEMPLATE_DICT!r}: {exc}", flush=True)
 
 
+def _local(path: str, method: str = "GET", timeout: float = 5.0) -> int:
+    """Status of a request to the vLLM in this container (0 when it does not answer)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", method=method)
+    key = os.environ.get("VLLM_API_KEY")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def wait_healthy(process: subprocess.Popen[bytes], timeout: float) -> float:
+    """Seconds until vLLM answers ``/health``; raise if it exits or the time runs out."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if process.poll() is not None:
+            raise RuntimeError(f"vLLM exited with status {process.returncode} while starting")
+        if _local("/health") == 200:
+            return time.monotonic() - started
+        time.sleep(1.0)
+    raise RuntimeError(f"vLLM did not answer /health within {timeout:.0f} s")
+
+
+def record_startup(app_name: str, seconds: float, *, snapshot: bool) -> None:
+    """Print and publish how long this container took to serve (``status`` shows it)."""
+    entry = {"seconds": round(seconds, 1), "snapshot": snapshot, "at": time.time()}
+    print(f"pytest-modal-eval: vLLM serving after {seconds:.1f} s"
+          f"{' (restored from a memory snapshot)' if snapshot else ''}", flush=True)  # fmt: skip
+    try:
+        startups = modal.Dict.from_name(STARTUP_DICT, create_if_missing=True)
+        startups[app_name] = [*(startups.get(app_name) or [])[-(STARTUPS_KEPT - 1) :], entry]
+    except Exception as exc:  # best effort, as above
+        print(f"could not record the start-up time in Dict {STARTUP_DICT!r}: {exc}", flush=True)
+
+
+class VllmServer:
+    """A Modal Server whose container runs vLLM; Modal routes requests to port 8000."""
+
+    @modal.enter()
+    def start(self) -> None:
+        began = time.monotonic()
+        self.process = serve()
+        spec = DeploySpec.from_env()
+        assert spec is not None
+
+        def measure() -> None:
+            # Modal waits for the port itself; this only times it, for `status`.
+            with contextlib.suppress(RuntimeError):
+                wait_healthy(self.process, spec.profile.infra.startup_timeout)
+                record_startup(spec.app_name(), time.monotonic() - began, snapshot=False)
+
+        threading.Thread(target=measure, daemon=True).start()
+
+    @modal.exit()
+    def stop(self) -> None:
+        self.process.terminate()
+
+
+class VllmSnapshotServer:
+    """As :class:`VllmServer`, started once before a memory snapshot and restored from it.
+
+    vLLM starts in sleep mode, loads and warms up, then sleeps (weights offloaded, the GPU
+    freed) so the snapshot holds a started server; each restored container wakes it.
+    """
+
+    @modal.enter(snap=True)
+    def start(self) -> None:
+        spec = DeploySpec.from_env()
+        assert spec is not None
+        self.process = serve(sleep_mode=True)
+        wait_healthy(self.process, spec.profile.infra.startup_timeout)
+        if _local("/sleep?level=1", "POST", timeout=600) != 200:
+            raise RuntimeError("vLLM refused to sleep before the memory snapshot")
+
+    @modal.enter(snap=False)
+    def wake(self) -> None:
+        began = time.monotonic()
+        spec = DeploySpec.from_env()
+        assert spec is not None
+        if _local("/wake_up", "POST", timeout=600) != 200:
+            raise RuntimeError("vLLM did not wake up after the memory snapshot was restored")
+        record_startup(spec.app_name(), time.monotonic() - began, snapshot=True)
+
+    @modal.exit()
+    def stop(self) -> None:
+        self.process.terminate()
+
+
 class BuiltApp(NamedTuple):
     app: modal.App
-    function: modal.Function[[], None, None]  # the web server; `.info()` shows its spec offline
+    server: modal.Server  # `.info()` shows its spec offline
+
+
+def server_options(spec: DeploySpec) -> dict[str, Any]:
+    """The arguments of ``@app.server`` that come from the benchmark's ``infra``."""
+    infra = spec.profile.infra
+    target = infra.target_concurrency or infra.max_concurrent_inputs
+    options: dict[str, Any] = {
+        "gpu": infra.gpu,
+        "startup_timeout": infra.startup_timeout,
+        "scaledown_window": infra.scaledown_window,
+        "max_concurrency": infra.max_concurrent_inputs,
+        "target_concurrency": target,
+        "min_containers": infra.min_containers,
+        "max_containers": infra.max_containers,
+        "enable_memory_snapshot": infra.memory_snapshot,
+    }
+    if infra.memory_snapshot:
+        options["experimental_options"] = {"enable_gpu_snapshot": True}
+    return options
 
 
 def build(spec: DeploySpec) -> BuiltApp:
-    """The Modal app for ``spec`` and its one function; building is offline, deploying is not."""
-    infra = spec.profile.infra
-    env: dict[str, str | None] = {**spec.to_env()}
-    app = modal.App(spec.app_name())
-    web = modal.web_server(
-        port=PORT, startup_timeout=infra.startup_timeout, requires_proxy_auth=True
-    )
-    function: modal.Function[[], None, None] = app.function(
+    """The Modal app for ``spec`` and its one Server; building is offline, deploying is not."""
+    app = modal.App(spec.app_name(), tags=spec.tags())
+    body = VllmSnapshotServer if spec.profile.infra.memory_snapshot else VllmServer
+    server = app.server(
         name=FUNCTION_NAME,
         image=vllm_image(),
-        gpu=infra.gpu,
-        timeout=infra.timeout,
-        scaledown_window=infra.scaledown_window,
+        port=PORT,
+        unauthenticated=False,  # callers need a Modal proxy token, as the local proxy sends
         volumes={
             HF_CACHE_PATH: modal.Volume.from_name(HF_CACHE_VOLUME, create_if_missing=True),
             VLLM_CACHE_PATH: modal.Volume.from_name(VLLM_CACHE_VOLUME, create_if_missing=True),
@@ -186,9 +348,10 @@ def build(spec: DeploySpec) -> BuiltApp:
             modal.Secret.from_name(HF_SECRET),
             modal.Secret.from_name(API_KEY_SECRET, required_keys=["VLLM_API_KEY"]),
         ],
-        env=env,
-    )(modal.concurrent(max_inputs=infra.max_concurrent_inputs)(web(serve)))
-    return BuiltApp(app, function)
+        env={**spec.to_env()},
+        **server_options(spec),
+    )(body)
+    return BuiltApp(app, server)
 
 
 def build_app(spec: DeploySpec) -> modal.App:

@@ -83,6 +83,14 @@ def upstream_headers(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def lookup_url(app_name: str) -> str | None:
+    """The URL of a deployed app's vLLM Server (a network call); raises modal's errors."""
+    import modal
+
+    url: str | None = modal.Server.from_name(app_name, modal_app.FUNCTION_NAME).get_url()
+    return url
+
+
 class ModalServer:
     """vLLM on Modal behind a local proxy. ``start()`` blocks until vLLM answers."""
 
@@ -97,6 +105,7 @@ class ModalServer:
         environ: Mapping[str, str] | None = None,
         modal_cli: Sequence[str] | None = None,
         deploy_timeout: float = 1800.0,
+        redeploy: bool = False,
     ) -> None:
         self.profile = profile
         self.logs_dir = Path(logs_dir)
@@ -111,7 +120,12 @@ class ModalServer:
         self._spec: DeploySpec | None = None
         self._proxy: ProxyThread | None = None
         self._deployed_here = False
+        # Deploy even when the app exists (``pytest-modal-eval deploy``: new scaling settings).
+        self.redeploy = redeploy
         self.endpoint: Endpoint | None = None
+        self.url: str | None = None  # the app's own URL on Modal, once known
+        #: Seconds spent deploying and until vLLM answered: the start-up cost users see.
+        self.timings: dict[str, float] = {}
 
     @property
     def log_path(self) -> Path:
@@ -144,15 +158,7 @@ class ModalServer:
         self._validate_offline(spec)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
 
-        url = self._web_url(name)
-        if url is None:
-            self._deploy(spec)
-            self._deployed_here = True
-            url = self._web_url(name)
-            if url is None:
-                raise self._failure(f"app {name} deployed but has no web URL")
-        else:
-            self._note(f"reusing deployed app {name} at {url}")
+        url = self._deployed_url(spec)
 
         from pytest_modal_eval.client.env_proxy import env_proxy
         from pytest_modal_eval.serving.modal.redirect_proxy import ProxySettings, ProxyThread
@@ -165,8 +171,11 @@ class ModalServer:
         )
         self._proxy = ProxyThread(settings)
         base = self._proxy.start()
+        began = time.monotonic()
         try:
             self._wait_ready(base)
+            self.timings["until_serving"] = round(time.monotonic() - began, 1)
+            self._note(f"vLLM answered {self.timings['until_serving']:.1f} s after the proxy asked")
         except ServingError:
             with contextlib.suppress(ServingError):  # the startup failure is the news
                 self.stop()
@@ -177,6 +186,30 @@ class ModalServer:
             chat_template=self._chat_template(name),
         )
         return self.endpoint
+
+    def deploy_only(self) -> str:
+        """Deploy (or find) the app without waiting for vLLM; its URL."""
+        check_modal_token()
+        spec = self._deploy_spec()
+        self._validate_offline(spec)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        return self._deployed_url(spec)
+
+    def _deployed_url(self, spec: DeploySpec) -> str:
+        name = spec.app_name()
+        url = None if self.redeploy else self._web_url(name)
+        if url is None:
+            began = time.monotonic()
+            self._deploy(spec)
+            self.timings["deploy"] = round(time.monotonic() - began, 1)
+            self._deployed_here = True
+            url = self._web_url(name)
+            if url is None:
+                raise self._failure(f"app {name} deployed but has no URL")
+        else:
+            self._note(f"reusing deployed app {name} at {url}")
+        self.url = url
+        return url
 
     def stop(self) -> None:
         proxy, self._proxy = self._proxy, None
@@ -209,11 +242,10 @@ class ModalServer:
 
     def _web_url(self, name: str) -> str | None:
         """The deployed app's URL, or None when no app of that name is deployed."""
-        import modal
         import modal.exception
 
         try:
-            url = modal.Function.from_name(name, modal_app.FUNCTION_NAME).get_web_url()
+            url = lookup_url(name)
         except (modal.exception.NotFoundError, modal.exception.ExecutionError):
             return None
         except modal.exception.AuthError as exc:

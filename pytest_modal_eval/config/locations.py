@@ -1,0 +1,28 @@
+"""Where the plugin's settings come from, for paths: shared by the plugin and the command line.
+
+Import-light on purpose (the command line resolves the output directory before importing
+pytest or pydantic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+DEFAULT_OUTPUT_DIR = "outputs/evals"
+
+
+def output_dir_from(
+    option: str | None, ini: str | None, invocation_dir: Path, environ: Mapping[str, str]
+) -> Path:
+    """--eval-output-dir, else $MODAL_EVAL_OUTPUT_DIR, else the ini key, else the default;
+    relative to the directory pytest (or the command line) was started in."""
+    output = Path(
+        option or environ.get("MODAL_EVAL_OUTPUT_DIR") or ini or DEFAULT_OUTPUT_DIR
+    ).expanduser()
+    return output if output.is_absolute() else invocation_dir / output
+
+
+def vllm_python_from(option: str | None, ini: str | None, environ: Mapping[str, str]) -> str:
+    """--vllm-python, else $MODAL_EVAL_VLLM_PYTHON, else the ini key; "" for this interpreter."""
+    return option or environ.get("MODAL_EVAL_VLLM_PYTHON") or ini or ""

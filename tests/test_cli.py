@@ -1,0 +1,262 @@
+"""The command line against output directories made by real runs (file-qa env, test server).
+
+Runs are made by the plugin itself: complete, with errored examples, and killed (a pytest
+subprocess sent SIGKILL partway, leaving what a crash leaves). The commands then run in-process
+through click's runner; ``--json`` output is parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from pytest_modal_eval.cli import COMMANDS, main
+from pytest_modal_eval.runs.paths import RunPaths, iter_runs
+from tests.conftest import REPO, BenchmarkProject
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def as_json(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+_MADE: dict[str, Path] = {}
+
+
+@pytest.fixture
+def outputs(project: BenchmarkProject, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three real runs: complete, with errors, and killed partway; made once per module and
+    copied into each test's project (the runs take seconds, the copies milliseconds)."""
+    target = project.pytester.path / "outputs" / "evals"
+    if "outputs" not in _MADE:
+        made = make_outputs(project)
+        _MADE["outputs"] = tmp_path_factory.mktemp("cli-runs") / "evals"
+        shutil.copytree(made, _MADE["outputs"], symlinks=True)
+    else:
+        project.add("good", n=6)
+        shutil.copytree(_MADE["outputs"], target, symlinks=True)
+    return target
+
+
+def make_outputs(project: BenchmarkProject) -> Path:
+    project.add("good", n=6)
+    project.add("flaky", n=6, gate="gate: {max_error_rate: 1.0}")
+    project.run("evals/good.yaml").assert_outcomes(passed=1)
+    project.server.configure(fail_rate=0.5)
+    project.run("evals/flaky.yaml")
+    project.server.configure(fail_rate=0.0, delay=0.3)
+    project.add("slow", n=40, extra_yaml="eval: {max_concurrent: 1, max_retries: 0}\n")
+    kill_partway(project, "evals/slow.yaml")
+    return project.pytester.path / "outputs" / "evals"
+
+
+def kill_partway(project: BenchmarkProject, target: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", *project.args()],
+        cwd=project.pytester.path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    progressed = False
+    deadline = time.monotonic() + 60
+    outputs = project.pytester.path / "outputs" / "evals"
+    while not progressed and time.monotonic() < deadline:
+        time.sleep(0.1)
+        for run in iter_runs(outputs):
+            if not run.dir.parent.name.startswith("slow--"):
+                continue
+            meta = run.read_checkpoint_meta() or {}
+            progressed = len(meta.get("completed_example_ids") or []) >= 3
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+    assert progressed, "the run never checkpointed"
+
+
+def by_benchmark(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {row["benchmark"]: row for row in rows}
+
+
+def test_runs_lists_each_state(outputs: Path) -> None:
+    rows = by_benchmark(as_json(cli("runs", "--json")))
+    assert set(rows) == {"good", "flaky", "slow"}
+    good, flaky, slow = rows["good"], rows["flaky"], rows["slow"]
+    assert (good["state"], good["done"], good["total"], good["errors"]) == ("complete", 6, 6, 0)
+    assert good["avg_reward"] == 1.0 and good["model"] == "test-model"
+    assert flaky["state"] == "with errors" and 0 < flaky["errors"] < 6
+    assert flaky["done"] == 6 - flaky["errors"]
+    assert slow["state"] == "incomplete" and slow["total"] == 40 and 3 <= slow["done"] < 40
+    assert slow["avg_reward"] is None
+
+    table = cli("runs").stdout
+    assert f"incomplete {slow['done']} of 40" in table
+    assert f"with errors ({flaky['errors']})" in table
+    assert "1.000 ± 0.000" in table
+
+
+def test_runs_filters_and_limits(outputs: Path) -> None:
+    assert [r["benchmark"] for r in as_json(cli("runs", "--json", "-b", "good"))] == ["good"]
+    assert as_json(cli("runs", "--json", "-m", "other/model")) == []
+    newest = as_json(cli("runs", "--json", "-l", "1"))
+    assert [r["benchmark"] for r in newest] == ["slow"]  # newest first
+
+
+def test_runs_output_dir_from_option_env_and_ini(outputs: Path, pytester: pytest.Pytester) -> None:
+    moved = pytester.path / "elsewhere"
+    outputs.rename(moved)
+    assert as_json(cli("runs", "--json")) == []
+    assert len(as_json(cli("runs", "--json", "--eval-output-dir", str(moved)))) == 3
+    assert len(as_json(cli("runs", "--json", env={"MODAL_EVAL_OUTPUT_DIR": "elsewhere"}))) == 3
+    pytester.makeini("[pytest]\nmodal_eval_output_dir = elsewhere\n")
+    assert len(as_json(cli("runs", "--json"))) == 3
+
+
+def test_show_complete_run(outputs: Path) -> None:
+    run = by_benchmark(as_json(cli("runs", "--json")))["good"]
+    shown = as_json(cli("show", run["run_id"], "--json", "-n", "100"))
+    assert shown["run"]["state"] == "complete"
+    assert shown["config"]["env_id"] == "file-qa"
+    assert len(shown["examples"]) == 6
+    first = shown["examples"][0]
+    assert {"prompt", "completion", "answer", "reward"} <= set(first)
+    text = cli("show", run["dir"]).stdout  # by directory too
+    assert "reward 1" in text and "prompt:" in text and "What is" in text
+    assert as_json(cli("show", run["run_id"], "--missed", "--json"))["examples"] == []
+
+
+def test_show_errored_and_missed(outputs: Path) -> None:
+    run = by_benchmark(as_json(cli("runs", "--json")))["flaky"]
+    errored = as_json(cli("show", run["run_id"], "--errored", "--json", "-n", "100"))["examples"]
+    assert len(errored) == run["errors"] and all(e["error"] for e in errored)
+    missed = as_json(cli("show", run["run_id"], "--missed", "--json", "-n", "100"))["examples"]
+    assert missed == []  # the ones that answered were right; errored ones are not "missed"
+    assert "ERROR" in cli("show", run["run_id"], "--errored").stdout
+
+
+def test_show_killed_run_reads_the_checkpoint(outputs: Path) -> None:
+    run = by_benchmark(as_json(cli("runs", "--json")))["slow"]
+    shown = as_json(cli("show", run["run_id"], "--json", "-n", "1000"))
+    assert shown["run"]["state"] == "incomplete"
+    assert len({e["example_id"] for e in shown["examples"]}) >= run["done"]
+
+
+def test_show_unknown_run_exits_1(outputs: Path) -> None:
+    result = CliRunner().invoke(main, ["show", "no-such-run"])
+    assert result.exit_code == 1
+    assert "no run 'no-such-run'" in result.output
+
+
+def test_benchmarks_lists_collected_files(project: BenchmarkProject) -> None:
+    project.add("good", n=3)
+    rows = as_json(cli("benchmarks", "--json"))
+    assert [(r["name"], r["env_id"], r["installed"]) for r in rows] == [("good", "file-qa", True)]
+    assert "good" in cli("benchmarks").stdout
+
+
+def test_benchmarks_invalid_file_exits_1(project: BenchmarkProject) -> None:
+    project.add("good", n=3)
+    (project.evals / "typo.yaml").write_text("env_id: file-qa\nsampling: {temprature: 1}\n")
+    (project.evals / "other.yaml").write_text("env_id: no-such-env\n")
+    result = CliRunner().invoke(main, ["benchmarks"])
+    assert result.exit_code == 1
+    assert "typo.yaml" in result.stderr and "sampling.temprature" in result.stderr
+    rows = {
+        Path(r["file"]).name: r
+        for r in json.loads(CliRunner().invoke(main, ["benchmarks", "--json"]).stdout)
+    }
+    assert rows["other.yaml"]["installed"] is False
+    assert "error" in rows["typo.yaml"]
+
+
+def test_doctor_offline(project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch) -> None:
+    project.add("good", n=3)
+    for var in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "MODAL_PROXY_TOKEN_ID", "VLLM_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MODAL_CONFIG_PATH", str(project.pytester.path / "no-modal.toml"))
+    result = CliRunner().invoke(main, ["doctor", "--offline", "--json"])
+    assert result.exit_code == 1  # no Modal token
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["modal token"]["status"] == "FAIL"
+    assert "modal token new" in checks["modal token"]["fix"]
+    assert checks["modal secrets"]["status"] == "skipped"
+    assert checks["benchmark good.yaml"]["status"] == "ok"
+    assert checks["output directory"]["status"] == "ok"
+
+    # Serving elsewhere: only what that needs; the endpoint is checked for the model.
+    result = CliRunner().invoke(
+        main,
+        ["doctor", "--no-modal", "--base-url", project.server.base_url, "--model", "test-model"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "ok   endpoint" in result.stdout
+    result = CliRunner().invoke(
+        main, ["doctor", "--no-modal", "--base-url", project.server.base_url, "--model", "other"]
+    )
+    assert result.exit_code == 1 and "not 'other'" in result.stdout
+    result = CliRunner().invoke(
+        main, ["doctor", "--no-modal", "--offline", "--base-url", "http://127.0.0.1:9/v1"]
+    )
+    assert result.exit_code == 0 and "not checked: endpoint" in result.stdout
+
+
+def test_every_command_is_registered_and_documented() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest_modal_eval", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    for name in COMMANDS:
+        assert name in result.stdout
+    docs = (REPO / "docs" / "cli.md").read_text()
+    for name in COMMANDS:
+        assert f"`{name}" in docs
+
+
+def test_run_layout_is_read_through_run_paths(outputs: Path) -> None:
+    runs = list(iter_runs(outputs))
+    assert len(runs) == 3 and all(isinstance(r, RunPaths) for r in runs)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pytest.ini", "[pytest]\nmodal_eval_output_dir = out\nmodal_eval_files =\n  b/*.yaml\n"),
+        (
+            "pyproject.toml",
+            '[tool.pytest.ini_options]\nmodal_eval_output_dir = "out"\n'
+            'modal_eval_files = ["b/*.yaml"]\n',
+        ),
+    ],
+)
+def test_project_reads_ini_as_pytest_does(tmp_path: Path, name: str, text: str) -> None:
+    """Pins the private pytest API cli/project.py uses (``determine_setup`` and the
+    ``ConfigValue`` it returns): this fails loudly if pytest changes it."""
+    from pytest_modal_eval.cli.project import Project
+
+    (tmp_path / name).write_text(text)
+    (tmp_path / "sub").mkdir()
+    project = Project.find(tmp_path / "sub")
+    assert project.rootdir == tmp_path and project.inipath == tmp_path / name
+    assert project.ini_lines("modal_eval_files", []) == ["b/*.yaml"]
+    assert project.output_dir(None, environ={}) == tmp_path / "sub" / "out"
+    assert project.output_dir(None, environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/x")
+    assert project.output_dir("/y", environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/y")
