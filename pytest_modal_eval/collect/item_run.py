@@ -84,7 +84,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
         item.stash[PREPARED_KEY] = Prepared(run, None, stored)
         return
     try:
-        info = endpoint_source(session.config).endpoint_for(request)
+        info = endpoint_source(session.config).endpoint_for(request, item.nodeid)
         session.checker.check(info.endpoint, timeout=info.check_timeout)
     except (EndpointError, ServerStartError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None

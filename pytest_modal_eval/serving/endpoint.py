@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
@@ -196,6 +196,11 @@ class EndpointInfo:
     check_timeout: float = 15.0
     server_logs: str | None = None  # directory of the server's logs, linked into each run
     proxied: bool = False  # behind our proxy: requests may route their log line per run
+    startup_s: float = 0.0  # seconds the server took to start (0: not started by us)
+    started_for: str | None = None  # the item (node id) whose request started it
+
+    def with_startup(self, startup_s: float, started_for: str | None) -> EndpointInfo:
+        return replace(self, startup_s=startup_s, started_for=started_for)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "endpoint": self.endpoint.to_json()}
