@@ -61,7 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is None:
         if settings.backend == "modal" and settings.model and not config.option.collectonly:
             _check_modal_credentials()
-        config.pluginmanager.register(SummaryCollector(), "modal_eval_summary")
+        config.pluginmanager.register(SummaryCollector(config.rootpath), "modal_eval_summary")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
 

@@ -75,6 +75,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
         server=request.profile(),
         endpoint_identity=request.endpoint_identity,
         applies_template=None if request.backend == "endpoint" else request.applies_template,
+        gpu_prices=dict(settings.gpu_prices),
     )
     try:
         run = BenchmarkRun(run_request)
@@ -128,7 +129,10 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
             pytest.fail(message, pytrace=False)
 
     try:
-        outcome = run.run(prepared.endpoint, on_example)
+        info = prepared.endpoint
+        # The start-up counts for the benchmark whose request started the server.
+        waited = info.startup_s if info is not None and info.started_for == item.nodeid else 0.0
+        outcome = run.run(info, on_example, server_startup_s=waited)
     except RunAborted as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     finally:

@@ -105,6 +105,14 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("modal_eval_api_key_env", default="", help="default --api-key-env")
     parser.addini("modal_eval_output_dir", default="", help="default --eval-output-dir")
     parser.addini("modal_eval_vllm_python", default="", help="default --vllm-python")
+    parser.addini(
+        "modal_eval_gpu_prices",
+        type="linelist",
+        default=[],
+        help="USD per GPU-hour for the Modal cost estimate, one 'TYPE = PRICE' per line (e.g. "
+        "H100 = 3.95); replaces the built-in list price of that GPU. Default: Modal's list "
+        "prices (see docs/serving-costs.md).",
+    )
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,7 @@ class Settings:
     keep_deployment: bool
     vllm_python: str
     files: tuple[str, ...]
+    gpu_prices: tuple[tuple[str, float], ...] = ()  # ini overrides of the Modal price table
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
@@ -170,4 +179,14 @@ def resolve_settings(config: pytest.Config) -> Settings:
         keep_deployment=bool(option("modal_eval_keep")),
         vllm_python=vllm_python,
         files=tuple(config.getini("modal_eval_files") or DEFAULT_FILES),
+        gpu_prices=_gpu_prices(config.getini("modal_eval_gpu_prices") or []),
     )
+
+
+def _gpu_prices(lines: list[str]) -> tuple[tuple[str, float], ...]:
+    from pytest_modal_eval.serving.costs import PriceError, parse_prices
+
+    try:
+        return tuple(sorted(parse_prices(lines).items()))
+    except PriceError as exc:
+        raise pytest.UsageError(str(exc)) from None

@@ -40,6 +40,7 @@ from pytest_modal_eval.runs.store import (
     write_json_atomic,
     write_results,
 )
+from pytest_modal_eval.serving.costs import ServerTime
 from pytest_modal_eval.serving.endpoint import EndpointInfo
 from pytest_modal_eval.stats import summary as stats
 
@@ -96,6 +97,8 @@ class RunRequest:
     # For a server we start, which decides the chat template part of the key: whether it would
     # apply a finished run's recorded template. None: the key is known without a server.
     applies_template: Callable[[Any], bool] | None = None
+    # ini overrides of the Modal GPU price table (USD per GPU-hour), for the cost estimate.
+    gpu_prices: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,9 @@ class RunOutcome:
     baseline_hash: str = ""
     # Finished example id -> its rollouts' rewards, as arrays (reads as {str id: [reward]}).
     per_example_rewards: stats.ExampleRewards = field(default_factory=stats.ExampleRewards.empty)
+    # Server start-up and time used, and on Modal GPU-hours and cost (see serving.costs);
+    # None when no server was asked for.
+    serving: dict[str, Any] | None = None
 
     @property
     def error_rate(self) -> float:
@@ -219,10 +225,16 @@ class BenchmarkRun:
         return self._last_read[1]
 
     def run(
-        self, info: EndpointInfo | None, on_example: Callable[[ExampleResult], None]
+        self,
+        info: EndpointInfo | None,
+        on_example: Callable[[ExampleResult], None],
+        server_startup_s: float = 0.0,
     ) -> RunOutcome:
         """Evaluate what is missing against ``info``'s endpoint (None: nothing is missing, as
-        :meth:`finished_without_server` found); each finished example goes to ``on_example``."""
+        :meth:`finished_without_server` found); each finished example goes to ``on_example``.
+        ``server_startup_s`` is the server start-up this benchmark waited for, counted in its
+        server time."""
+        on_server_since = time.monotonic()
         request, config = self.request, self.request.benchmark.config
         rows, selected_ids, rollouts = self.rows, self.selected_ids, self.rollouts
         chosen = self._choose(info)
@@ -354,6 +366,14 @@ class BenchmarkRun:
         outcome.journal_problem = journal.problem
         outcome.new_run_note = chosen.new_run_note
         outcome.serving_note = chosen.serving_note
+        if info is not None:
+            used = ServerTime(
+                backend=str(info.profile.get("backend")),
+                gpu=(info.profile.get("infra") or {}).get("gpu"),
+                startup_s=server_startup_s,
+                server_s=server_startup_s + time.monotonic() - on_server_since,
+            )
+            outcome.serving = used.to_json(request.gpu_prices)
         outcome.answer_hash = answer_hash
         # A baseline is compared across models, so its key leaves out who answered.
         outcome.baseline_hash = canonical_hash({**fields, "model": None, "endpoint": None})
@@ -542,6 +562,7 @@ def _metadata(request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]
         "resumed_examples": outcome.resumed_examples,
         "reused_answers": outcome.reused_answers,
         "answer_hash": outcome.answer_hash,
+        "serving": outcome.serving,
     }
 
 
