@@ -19,13 +19,20 @@ from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.collect.session import EvalSession
 from pytest_modal_eval.exceptions import (
     BaselineError,
+    DirectClientError,
     EndpointError,
     EnvironmentLoadError,
     EvalProblem,
     RunAborted,
     ServerStartError,
 )
-from pytest_modal_eval.judge.baseline import Baseline, StoredBaseline, check_baseline, read_stored
+from pytest_modal_eval.judge.baseline import (
+    Baseline,
+    BaselineStatus,
+    StoredBaseline,
+    check_baseline,
+    read_stored,
+)
 from pytest_modal_eval.judge.gate import judge
 from pytest_modal_eval.report.format import describe_comparison, describe_score, fmt
 from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
@@ -133,7 +140,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
         # The start-up counts for the benchmark whose request started the server.
         waited = info.startup_s if info is not None and info.started_for == item.nodeid else 0.0
         outcome = run.run(info, on_example, server_startup_s=waited)
-    except RunAborted as exc:
+    except (RunAborted, DirectClientError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     finally:
         del run, prepared  # the environment and its dataset: garbage from here (see below)
@@ -142,8 +149,14 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     # RSS of a run recording a baseline from 301 to 298 MB).
     gc.collect()
     heap.release_free_memory()
-    comparison, baseline_note = _baseline(session, item, outcome, snapshot, stored)
+    comparison, baseline_note, recorded = _baseline(session, item, outcome, snapshot, stored)
     verdict = judge(outcome, config.gate, comparison)
+    if recorded and not verdict.passed:
+        # A baseline is what later runs are judged against: one from a failing run needs a word.
+        verdict.warnings.append(
+            "the baseline was recorded (--snapshot-update) from a run that failed its gate: "
+            + "; ".join(verdict.reasons)
+        )
     item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
     elapsed = time.monotonic() - started
     record_properties(item, outcome, verdict, session.settings.model or "", elapsed, comparison)
@@ -163,10 +176,11 @@ def _baseline(
     outcome: RunOutcome,
     snapshot: Any,
     stored_file: StoredBaseline,
-) -> tuple[PairedComparison | None, str | None]:
-    """Record (--snapshot-update) or load the stored baseline and compare with it."""
+) -> tuple[PairedComparison | None, str | None, bool]:
+    """Record (--snapshot-update) or load the stored baseline and compare with it; the last
+    value says whether a baseline was written."""
     if not outcome.per_example_rewards:
-        return None, None
+        return None, None, False
     current = Baseline.from_rewards(
         benchmark=item.benchmark.name,
         model=session.settings.model or "",
@@ -177,8 +191,9 @@ def _baseline(
         found = check_baseline(snapshot, current, stored_file)
     except BaselineError as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+    recorded = found.status in (BaselineStatus.RECORDED, BaselineStatus.UPDATED)
     if not found.comparable or found.stored is None:
-        return None, found.message
+        return None, found.message, recorded
     stored, gate = found.stored, item.benchmark.config.gate
     comparison = compare_paired(
         stored.per_example,
@@ -188,7 +203,7 @@ def _baseline(
         alpha=gate.alpha,
         max_drop=gate.max_drop,
     )
-    return comparison, None
+    return comparison, None, recorded
 
 
 def failure_message(item: BenchmarkItem, outcome: RunOutcome, reasons: list[str]) -> str:

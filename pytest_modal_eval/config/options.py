@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -149,6 +150,13 @@ def resolve_settings(config: pytest.Config) -> Settings:
         )
     if backend == "endpoint" and not base_url:
         raise pytest.UsageError("--backend endpoint needs --base-url URL")
+    if base_url and ("@" in (urlsplit(base_url).netloc or "")):
+        raise pytest.UsageError(
+            "--base-url must not contain credentials (user:password@host): they would be sent "
+            "with every request and could end up in run records. Put the API key in the "
+            "environment variable --api-key-env names (default OPENAI_API_KEY); it is sent as "
+            "'Authorization: Bearer ...'."
+        )
     if base_url and backend != "endpoint":
         raise pytest.UsageError(f"--base-url cannot be combined with --backend {backend}")
     output = (
