@@ -44,6 +44,8 @@ from pytest_modal_eval.serving.costs import ServerTime
 from pytest_modal_eval.serving.endpoint import EndpointInfo
 from pytest_modal_eval.stats import summary as stats
 
+#: How much longer the client waits than the proxy's per-request deadline.
+PROXY_DEADLINE_MARGIN_S = 30.0
 #: Consecutive errored examples after which the endpoint is taken to be down.
 ABORT_AFTER_CONSECUTIVE_ERRORS = 20
 #: Progress is logged (``--log-cli-level=INFO`` shows it) every this share of the examples.
@@ -472,9 +474,16 @@ def _run_grouped(
 ) -> None:
     config = request.benchmark.config
     log_route = None
+    request_timeout = config.eval.request_timeout
     if info.proxied:
-        # Our proxy writes this request's line to the run's own proxy.log.
-        log_route = {"X-Modal-Eval-Log": str(RunPaths(run_dir.resolve()).logs / "proxy.log")}
+        # Our proxy writes this request's line to the run's own proxy.log, and ends a request
+        # at eval.request_timeout with a 504 the client does not retry; the client waits a
+        # little longer, so that the proxy's answer (not a client timeout) ends the request.
+        log_route = {
+            "X-Modal-Eval-Log": str(RunPaths(run_dir.resolve()).logs / "proxy.log"),
+            "X-Modal-Eval-Deadline": f"{request_timeout:g}",
+        }
+        request_timeout += PROXY_DEADLINE_MARGIN_S
     # Examples missing different numbers of rollouts run as separate batches, so each
     # verifiers group is exactly the rollouts still missing. Each batch streams the rows.
     for group in sorted({m for m in still_missing if m}, reverse=True):
@@ -487,7 +496,7 @@ def _run_grouped(
                 sampling_args=sampling,
                 rollouts=group,
                 max_concurrent_requests=config.eval.max_concurrent,
-                request_timeout=config.eval.request_timeout,
+                request_timeout=request_timeout,
                 max_retries=config.eval.max_retries,
                 on_example=handle,
                 should_stop=should_stop,
