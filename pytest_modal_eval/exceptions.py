@@ -45,3 +45,8 @@ class ServingError(ModalEvalError):
 
 class EndpointError(ModalEvalError):
     """The endpoint cannot be used; the message says what was tried and what to check."""
+
+
+class DirectClientError(ModalEvalError, RuntimeError):
+    """The evaluation's client cannot send a rollout's request itself (an unreadable proxy
+    setting, or verifiers posting in a shape it does not know); the message says what to do."""

@@ -26,6 +26,7 @@ def eval_endpoint(pytestconfig: pytest.Config) -> Callable[..., Endpoint]:
                                    default_headers=dict(endpoint.headers))
             reply = client.chat.completions.create(model=endpoint.model, messages=[...])
     """
+    from pytest_modal_eval.collect.server_plan import PLAN_KEY
     from pytest_modal_eval.collect.session import SESSION_KEY
     from pytest_modal_eval.config.loader import Benchmark, load_benchmark
     from pytest_modal_eval.config.schema import BenchmarkConfig
@@ -43,8 +44,10 @@ def eval_endpoint(pytestconfig: pytest.Config) -> Callable[..., Endpoint]:
             bench = Benchmark(Path("defaults.yaml"), defaults)
         else:
             bench = load_benchmark(Path(benchmark), list(settings.overrides))
+        # The running test holds the server until its teardown; on --backend local a test
+        # cannot hold two profiles' servers at once.
         info = endpoint_source(pytestconfig).endpoint_for(
-            ServerRequest.for_benchmark(settings, bench)
+            ServerRequest.for_benchmark(settings, bench), pytestconfig.stash[PLAN_KEY].current
         )
         return info.endpoint
 

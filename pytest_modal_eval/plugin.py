@@ -14,6 +14,7 @@ from pytest_modal_eval import fixtures
 from pytest_modal_eval.collect.example_reports import PassedExampleReports
 from pytest_modal_eval.collect.item_run import BenchmarkRunner
 from pytest_modal_eval.collect.items import RUNNER_KEY, BenchmarkFile, is_benchmark_file
+from pytest_modal_eval.collect.server_plan import PLAN_KEY, ServerPlan
 from pytest_modal_eval.collect.session import SESSION_KEY, EvalSession
 from pytest_modal_eval.config.options import add_options, resolve_settings
 from pytest_modal_eval.report.progress import LiveProgress
@@ -52,6 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUNNER_KEY] = BenchmarkRunner(config.stash[SESSION_KEY])
     config.pluginmanager.register(PassedExampleReports(config), "modal_eval_passed_reports")
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
+    config.stash[PLAN_KEY] = ServerPlan(config, settings)
+    config.pluginmanager.register(config.stash[PLAN_KEY], "modal_eval_server_plan")
     if workerinput is not None and BROKER_INPUT_KEY in workerinput:
         url, token = workerinput[BROKER_INPUT_KEY]
         config.stash[SOURCE_KEY] = BrokerClient(url, token)
@@ -59,10 +62,12 @@ def pytest_configure(config: pytest.Config) -> None:
         deployments = Deployments(settings, settings.output_dir / "logs")
         config.stash[DEPLOYMENTS_KEY] = deployments
         config.stash[SOURCE_KEY] = deployments
+        # Its teardown-report hook stops each server once the plan no longer needs it.
+        config.pluginmanager.register(deployments, "modal_eval_deployments")
     if workerinput is None:
         if settings.backend == "modal" and settings.model and not config.option.collectonly:
             _check_modal_credentials()
-        config.pluginmanager.register(SummaryCollector(), "modal_eval_summary")
+        config.pluginmanager.register(SummaryCollector(config.rootpath), "modal_eval_summary")
         # Opt out with -p no:modal_eval_progress (registering a blocked name does nothing).
         config.pluginmanager.register(LiveProgress(config), "modal_eval_progress")
         if settings.report is not None:

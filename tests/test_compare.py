@@ -52,9 +52,11 @@ def test_one_item_per_model_with_ids_that_k_selects(project: BenchmarkProject) -
     result = project.run("--collect-only", "-q", *extra)
     result.stdout.fnmatch_lines(
         [
+            # Items of one server profile (here: one model) run together, so each model's
+            # server can stop once its items are done.
             "evals/alpha.yaml::alpha--test-model",
-            "evals/alpha.yaml::alpha--model-b",
             "evals/beta.yaml::beta--test-model",
+            "evals/alpha.yaml::alpha--model-b",
             "evals/beta.yaml::beta--model-b",
         ]
     )

@@ -31,6 +31,7 @@ class LocalRuns:
     def __init__(self, project: BenchmarkProject, starts: Path) -> None:
         self.project = project
         self.starts = starts
+        self.stops = starts.with_name("stops.jsonl")
         project.pytester.mkdir(MODEL)
 
     def run(self, *extra: str) -> pytest.RunResult:
@@ -44,6 +45,16 @@ class LocalRuns:
         if not self.starts.exists():
             return []
         return [json.loads(line) for line in self.starts.read_text().splitlines()]
+
+    def up_intervals(self) -> list[tuple[float, float, int]]:
+        """(start, stop, port) of every fake vLLM that started and stopped cleanly."""
+        stops = {}
+        if self.stops.exists():
+            stops = {
+                json.loads(line)["pid"]: json.loads(line)["t"]
+                for line in self.stops.read_text().splitlines()
+            }
+        return sorted((s["t"], stops[s["pid"]], s["port"]) for s in self.started())
 
     def endpoint_of(self, benchmark: str) -> str:
         outputs = self.project.pytester.path / "outputs" / "evals"
@@ -60,6 +71,7 @@ class LocalRuns:
 def local(project: BenchmarkProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalRuns:
     starts = tmp_path / "starts.jsonl"
     monkeypatch.setenv("FAKE_VLLM_STARTS", str(starts))
+    monkeypatch.setenv("FAKE_VLLM_STOPS", str(tmp_path / "stops.jsonl"))
     # Long enough that both xdist workers ask for the server while it is still starting.
     monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "1.5")
     paths = [str(FAKE_VLLM_ROOT), str(REPO), os.environ.get("PYTHONPATH", "")]
@@ -97,6 +109,45 @@ def test_one_server_per_profile(local: LocalRuns, dist: list[str]) -> None:
     assert len(logs) == 2
     for server_logs in logs:
         assert "fake vLLM: shutting down" in (server_logs / "vllm.log").read_text()
+
+
+@XDIST
+def test_profiles_run_one_after_the_other_each_server_stopped_when_done(
+    local: LocalRuns, dist: list[str]
+) -> None:
+    """a1 and c3 share a profile, b2 has another. The items of a profile run together (a1, c3,
+    then b2), and a server stops as soon as no remaining item needs it, so the two local vLLMs
+    are never up at once: in-process because a1 and c3 ran first, under xdist because b2's
+    request waits until no running item holds the first server."""
+    local.project.add("a1", n=3)
+    local.project.add("b2", n=3, extra_yaml="vllm: {max_model_len: 1024}\n")
+    local.project.add("c3", n=3)
+    result = local.run(*dist, "-v")
+    result.assert_outcomes(passed=3)
+    if not dist:
+        result.stdout.fnmatch_lines(
+            ["*a1.yaml::a1 PASSED*", "*c3.yaml::c3 PASSED*", "*b2.yaml::b2 PASSED*"]
+        )
+    assert len(local.started()) == 2
+    (_, first_down, _), (second_up, _, _) = local.up_intervals()
+    assert first_down <= second_up, "two local vLLM servers were up at once"
+    assert local.endpoint_of("a1") == local.endpoint_of("c3") != local.endpoint_of("b2")
+
+
+def test_a_test_needing_two_local_servers_at_once_is_refused(local: LocalRuns) -> None:
+    local.project.add("a1", n=2)
+    local.project.add("b2", n=2, extra_yaml="vllm: {max_model_len: 1024}\n")
+    local.project.pytester.makepyfile(
+        test_two="""
+        def test_both(eval_endpoint):
+            eval_endpoint("evals/a1.yaml")
+            eval_endpoint("evals/b2.yaml")
+        """
+    )
+    result = local.run("test_two.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*needs two vLLM servers on this machine at once*"])
+    assert len(local.started()) == 1
 
 
 @XDIST

@@ -36,6 +36,7 @@ from pytest_modal_eval.client.direct_client import (
     sdk_proxy,
     should_retry,
 )
+from pytest_modal_eval.exceptions import DirectClientError
 from pytest_modal_eval.serving.endpoint import Endpoint
 from pytest_modal_eval.serving.endpoint_check import EndpointChecker, on_loopback
 from tests.support.forward_proxy import ForwardProxy, clear_proxy_env
@@ -417,7 +418,7 @@ def test_other_calls_go_to_the_sdk() -> None:
         client = direct(sdk_client(url, max_retries=0))
         try:
             parsed = await client.post(
-                PATH, body=BODY, cast_to=openai.types.chat.ChatCompletion, options={}
+                "/other", body=BODY, cast_to=openai.types.chat.ChatCompletion, options={}
             )
             assert client.max_retries == 0 and str(client.base_url) == url + "/"
         finally:
@@ -428,6 +429,47 @@ def test_other_calls_go_to_the_sdk() -> None:
     parsed, seen = asyncio.run(scenario())
     assert isinstance(parsed, openai.types.chat.ChatCompletion)
     assert parsed.choices[0].message.content == "4" and len(seen) == 1
+
+
+def test_a_rollout_request_it_cannot_send_itself_is_refused_not_left_to_the_sdk() -> None:
+    """Through the SDK a rollout's request would bypass the in-flight cap and the journal."""
+
+    async def scenario() -> tuple[BaseException | None, list[Seen]]:
+        server = ScriptedServer([Answer()])
+        url = await server.__aenter__()
+        client = direct(sdk_client(url, max_retries=0))
+        try:
+            await client.post(PATH, body=BODY, cast_to=openai.types.chat.ChatCompletion)
+        except DirectClientError as exc:
+            return exc, server.seen
+        finally:
+            await client.close()
+            await server.__aexit__()
+        return None, server.seen
+
+    error, seen = asyncio.run(scenario())
+    assert error is not None and "not the raw request" in str(error)
+    assert seen == []
+
+
+def test_a_proxy_it_cannot_read_fails_clearly_instead_of_taking_the_sdk_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clear_proxy_env(monkeypatch)
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    url = "https://api.example.test/v1"
+
+    async def scenario() -> None:
+        sdk = openai.AsyncOpenAI(
+            api_key="k", base_url=url, http_client=openai.DefaultAsyncHttpxClient()
+        )
+        try:
+            DirectOpenAI(sdk, request_timeout=5, max_connections=4, http=verifiers_adapter._http())
+        finally:
+            await sdk.close()
+
+    with pytest.raises(DirectClientError, match="openai\\[aiohttp\\]"):
+        asyncio.run(scenario())
 
 
 def test_verifiers_sees_an_overlong_prompt_through_the_direct_client() -> None:

@@ -28,6 +28,7 @@ from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.client.direct_client import DirectOpenAI
 from pytest_modal_eval.client.env_proxy import env_proxy
 from pytest_modal_eval.serving.modal.redirect_proxy import (
+    DEADLINE_HEADER,
     LOG_ROUTE_HEADER,
     ModalProxy,
     ProxySettings,
@@ -771,3 +772,35 @@ def test_cli_prints_url_forwards_and_exits_cleanly(
     everything = line + out + err + log_path.read_text()
     assert "POST /v1/chat/completions status=200 hops=2" in everything
     assert not any(secret in everything for secret in SECRET_VALUES)
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_the_deadline_is_the_clients_and_its_504_is_not_retried(
+    make_proxy: MakeProxy,
+    upstream: ModalLikeServer,
+    log_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    via: str,
+) -> None:
+    """eval.request_timeout travels with each request (X-Modal-Eval-Deadline): the proxy's
+    own default (2 h here) does not apply, and a client that retries 3 times does not spend
+    the deadline again."""
+    proxy = make_proxy()  # default request_deadline_s
+    sdk = openai.AsyncOpenAI(api_key="EMPTY", base_url=f"{proxy.url}/v1", max_retries=3)
+    with monkeypatch.context() as patch:
+        if via == "http":
+            patch.setattr(proxy_module, "_IN_PROCESS", {})
+        client = DirectOpenAI(
+            sdk, request_timeout=30, max_connections=8, http=verifiers_adapter._http()
+        )
+    started = time.monotonic()
+    hops = {"X-Test-Hops": "50", "X-Test-Hop-Delay": "0.2", DEADLINE_HEADER: "0.5"}
+    error = post_chat(client, hops)
+    took = time.monotonic() - started
+    proxy.stop()
+
+    assert isinstance(error, openai.InternalServerError) and error.status_code == 504
+    assert "request deadline of 0.5 s" in str(error)
+    assert [s.method for s in upstream.seen].count("POST") == 1
+    assert took < 5, f"took {took:.1f}s"
+    assert [d["status"] for d in parsed_log(log_path)] == ["504"]

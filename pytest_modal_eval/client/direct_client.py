@@ -48,6 +48,7 @@ from pytest_modal_eval.client.answer_journal import (
 )
 from pytest_modal_eval.client.env_proxy import ProxyOptions, aiohttp_options
 from pytest_modal_eval.client.send_order import SendsFirst, trace_config
+from pytest_modal_eval.exceptions import DirectClientError
 
 if TYPE_CHECKING:
     from pytest_modal_eval.serving.modal.redirect_proxy import ModalProxy
@@ -107,8 +108,17 @@ class DirectOpenAI:
         # The proxy the SDK would use (HTTP(S)_PROXY, ALL_PROXY, NO_PROXY); None: unknown, so
         # the SDK sends everything itself.
         found = sdk_proxy(sdk, self._base, http)
-        self._env_proxy = None if found is None else found[0]
-        self._headers.update(found[1] if found else {})
+        if found is None:
+            # Sending through the SDK instead would skip the in-flight cap and the answer
+            # journal without a word: refuse, and say what to change.
+            raise DirectClientError(
+                f"cannot send requests to {self._base} the way the openai client would: it "
+                "goes through an HTTP proxy from the environment (HTTP_PROXY, HTTPS_PROXY, "
+                "ALL_PROXY) that only openai's aiohttp transport reveals. Install it "
+                "(`pip install 'openai[aiohttp]'`), or exempt the endpoint with NO_PROXY."
+            )
+        self._env_proxy = found[0]
+        self._headers.update(found[1])
         self._session: aiohttp.ClientSession | None = None
         # A proxy running in this process is handed the request itself (its logic, not its
         # port). Without its module loaded, no proxy runs here.
@@ -131,12 +141,16 @@ class DirectOpenAI:
         **rest: Any,
     ) -> Any:
         options = options or {}
-        if (
-            rest
-            or cast_to not in self._raw_types
-            or set(options) - {"headers"}
-            or self._env_proxy is None
-        ):
+        if rest or cast_to not in self._raw_types or set(options) - {"headers"}:
+            if path.rstrip("/").endswith("/chat/completions"):
+                # A rollout's request in a shape this client does not send (another verifiers
+                # version): through the SDK it would bypass the in-flight cap and the journal.
+                raise DirectClientError(
+                    f"verifiers posted {path} with cast_to={getattr(cast_to, '__name__', cast_to)}"
+                    f", options {sorted(options)} and {sorted(rest)}: not the raw request "
+                    "pytest-modal-eval sends itself. This verifiers version is not supported; "
+                    "install the version pyproject.toml pins."
+                )
             return await self._sdk.post(path, body=body, cast_to=cast_to, options=options, **rest)
         headers = self._headers
         if extra := options.get("headers"):

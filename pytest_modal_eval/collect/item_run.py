@@ -19,13 +19,20 @@ from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.collect.session import EvalSession
 from pytest_modal_eval.exceptions import (
     BaselineError,
+    DirectClientError,
     EndpointError,
     EnvironmentLoadError,
     EvalProblem,
     RunAborted,
     ServerStartError,
 )
-from pytest_modal_eval.judge.baseline import Baseline, StoredBaseline, check_baseline, read_stored
+from pytest_modal_eval.judge.baseline import (
+    Baseline,
+    BaselineStatus,
+    StoredBaseline,
+    check_baseline,
+    read_stored,
+)
 from pytest_modal_eval.judge.gate import ReferenceComparison, judge
 from pytest_modal_eval.judge.reference import NoReference, ReferenceBoard
 from pytest_modal_eval.report.format import describe_comparison, describe_score
@@ -77,6 +84,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
         server=request.profile(),
         endpoint_identity=request.endpoint_identity,
         applies_template=None if request.backend == "endpoint" else request.applies_template,
+        gpu_prices=dict(settings.gpu_prices),
     )
     try:
         run = BenchmarkRun(run_request)
@@ -86,7 +94,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
         item.stash[PREPARED_KEY] = Prepared(run, None, stored)
         return
     try:
-        info = endpoint_source(session.config).endpoint_for(request)
+        info = endpoint_source(session.config).endpoint_for(request, item.nodeid)
         session.checker.check(info.endpoint, timeout=info.check_timeout)
     except (EndpointError, ServerStartError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
@@ -138,8 +146,11 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
             pytest.fail(message, pytrace=False)
 
     try:
-        outcome = run.run(prepared.endpoint, on_example)
-    except RunAborted as exc:
+        info = prepared.endpoint
+        # The start-up counts for the benchmark whose request started the server.
+        waited = info.startup_s if info is not None and info.started_for == item.nodeid else 0.0
+        outcome = run.run(info, on_example, server_startup_s=waited)
+    except (RunAborted, DirectClientError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     finally:
         del run, prepared  # the environment and its dataset: garbage from here (see below)
@@ -151,9 +162,15 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     current = _results_of(item, outcome)
     if current is not None and _is_reference(session, item):
         _board(session).post(item.nodeid, current)
-    comparison, baseline_note = _baseline(item, current, snapshot, stored)
+    comparison, baseline_note, recorded = _baseline(item, current, snapshot, stored)
     reference, reference_note = _reference(session, item, current)
     verdict = judge(outcome, config.gate, comparison, reference)
+    if recorded and not verdict.passed:
+        # A baseline is what later runs are judged against: one from a failing run needs a word.
+        verdict.warnings.append(
+            "the baseline was recorded (--snapshot-update) from a run that failed its gate: "
+            + "; ".join(verdict.reasons)
+        )
     item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
     elapsed = time.monotonic() - started
     record_properties(item, outcome, verdict, item.model or "", elapsed, comparison, reference)
@@ -193,16 +210,18 @@ def _baseline(
     current: Baseline | None,
     snapshot: Any,
     stored_file: StoredBaseline,
-) -> tuple[PairedComparison | None, str | None]:
-    """Record (--snapshot-update) or load the stored baseline and compare with it."""
+) -> tuple[PairedComparison | None, str | None, bool]:
+    """Record (--snapshot-update) or load the stored baseline and compare with it; the last
+    value says whether a baseline was written."""
     if current is None:
-        return None, None
+        return None, None, False
     try:
         found = check_baseline(snapshot, current, stored_file)
     except BaselineError as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+    recorded = found.status in (BaselineStatus.RECORDED, BaselineStatus.UPDATED)
     if not found.comparable or found.stored is None:
-        return None, found.message
+        return None, found.message, recorded
     stored, gate = found.stored, item.benchmark.config.gate
     comparison = compare_paired(
         stored.per_example,
@@ -212,7 +231,7 @@ def _baseline(
         alpha=gate.alpha,
         max_drop=gate.max_drop,
     )
-    return comparison, None
+    return comparison, None, recorded
 
 
 def _reference(

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -118,6 +119,14 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("modal_eval_output_dir", default="", help="default --eval-output-dir")
     parser.addini("modal_eval_vllm_python", default="", help="default --vllm-python")
     parser.addini("modal_eval_report", default="", help="default --eval-report")
+    parser.addini(
+        "modal_eval_gpu_prices",
+        type="linelist",
+        default=[],
+        help="USD per GPU-hour for the Modal cost estimate, one 'TYPE = PRICE' per line (e.g. "
+        "H100 = 3.95); replaces the built-in list price of that GPU. Default: Modal's list "
+        "prices (see docs/serving-costs.md).",
+    )
 
 
 def _distinct_models(models: list[str]) -> tuple[str, ...]:
@@ -142,6 +151,7 @@ class Settings:
     vllm_python: str
     files: tuple[str, ...]
     report: Path | None = None  # the session's HTML report; None: none is written
+    gpu_prices: tuple[tuple[str, float], ...] = ()  # ini overrides of the Modal price table
 
     @property
     def model(self) -> str | None:
@@ -166,6 +176,13 @@ def resolve_settings(config: pytest.Config) -> Settings:
         )
     if backend == "endpoint" and not base_url:
         raise pytest.UsageError("--backend endpoint needs --base-url URL")
+    if base_url and ("@" in (urlsplit(base_url).netloc or "")):
+        raise pytest.UsageError(
+            "--base-url must not contain credentials (user:password@host): they would be sent "
+            "with every request and could end up in run records. Put the API key in the "
+            "environment variable --api-key-env names (default OPENAI_API_KEY); it is sent as "
+            "'Authorization: Bearer ...'."
+        )
     if base_url and backend != "endpoint":
         raise pytest.UsageError(f"--base-url cannot be combined with --backend {backend}")
     output_dir = output_dir_from(
@@ -197,4 +214,14 @@ def resolve_settings(config: pytest.Config) -> Settings:
         vllm_python=vllm_python,
         files=tuple(config.getini("modal_eval_files") or DEFAULT_FILES),
         report=report,
+        gpu_prices=_gpu_prices(config.getini("modal_eval_gpu_prices") or []),
     )
+
+
+def _gpu_prices(lines: list[str]) -> tuple[tuple[str, float], ...]:
+    from pytest_modal_eval.serving.costs import PriceError, parse_prices
+
+    try:
+        return tuple(sorted(parse_prices(lines).items()))
+    except PriceError as exc:
+        raise pytest.UsageError(str(exc)) from None

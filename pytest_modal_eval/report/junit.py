@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 
 #: Properties are named plainly in JUnit XML; this prefix marks the few internal ones.
 PROPERTY_PREFIX = "modal_eval_"
+#: Set on a benchmark item when its setup starts, so a summary row can name an item that
+#: errored before it had figures.
+BENCHMARK_PROPERTY = f"{PROPERTY_PREFIX}benchmark"
 
 
 def record_properties(
@@ -48,6 +51,10 @@ def record_properties(
         ("resumed_examples", outcome.resumed_examples),
         ("reused_answers", outcome.reused_answers),
     ]
+    serving = outcome.serving or {}
+    for name in ("server_startup_s", "server_s", "gpu", "gpu_hours", "est_cost_usd"):
+        if serving.get(name) is not None:
+            props.append((name, serving[name]))
     if comparison is not None:
         props += [
             ("baseline_mean", _num(comparison.baseline_mean)),

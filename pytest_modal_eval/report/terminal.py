@@ -2,27 +2,35 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_modal_eval.report.format import ci_label, fmt_any
-from pytest_modal_eval.report.junit import PROPERTY_PREFIX
+from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, PROPERTY_PREFIX
 
 
 class SummaryCollector:
     """Controller-side: gathers rows from reports (which carry user_properties across xdist)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rootpath: Path | None = None) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.errors: dict[str, tuple[str, str]] = {}  # node id -> (benchmark, first line)
+        self.rootpath = rootpath
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Runs on the controller (and in-process); subtest reports are skipped."""
-        if report.when != "call" or hasattr(report, "context"):
+        if hasattr(report, "context"):
             return
         props = dict(report.user_properties)
-        if "avg_reward" not in props:
+        if report.failed and "avg_reward" not in props and BENCHMARK_PROPERTY in props:
+            # Errored before it had figures (setup: no server, no environment; or an aborted
+            # run): a row of its own, so it is not missing from the table.
+            first = next((x for x in report.longreprtext.splitlines() if x.strip()), "error")
+            self.errors.setdefault(report.nodeid, (str(props[BENCHMARK_PROPERTY]), first))
+        if report.when != "call" or "avg_reward" not in props:
             return
         row = dict(props)
         row["warnings"] = [v for k, v in report.user_properties if k == f"{PROPERTY_PREFIX}warning"]
@@ -35,7 +43,7 @@ class SummaryCollector:
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Runs on the controller only (workers have no terminal reporter output)."""
-        if not self.rows:
+        if not self.rows and not self.errors:
             return
         tr = terminalreporter
         tr.section("evaluation summary")
@@ -62,9 +70,11 @@ class SummaryCollector:
                     f">= {row['threshold']}" if row["threshold"] != "none" else "-",
                     str(row["verdict"]).upper(),
                     f"{float(row['elapsed_s']):.1f}s",
-                    str(row["run_dir"]),
+                    self._shown(str(row["run_dir"])),
                 )
             )
+        for name, _ in sorted(self.errors.values()):
+            table.append((name, "-", "-", "-", "-", "ERROR", "-", "-"))
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         for line in table:
             tr.write_line(
@@ -91,7 +101,40 @@ class SummaryCollector:
             if "reference_model" in row:
                 vs = f"{row['model']} vs {row['reference_model']} (reference)"
                 extra += [f"{vs}: {line}" for line in row["comparison"]]
+            if row.get("server_s") is not None:
+                extra.append(_serving_line(row))
             extra += [f"note: {n}" for n in row["notes"]]
             extra += [f"WARNING: {w}" for w in row["warnings"]]
             for text in extra:
                 tr.write_line(f"{row['benchmark']}: {text}")
+        for name, first in sorted(self.errors.values()):
+            tr.write_line(f"{name}: ERROR: {first}")
+        costs = [float(r["est_cost_usd"]) for r in self.rows if r.get("est_cost_usd") is not None]
+        hours = [float(r["gpu_hours"]) for r in self.rows if r.get("gpu_hours") is not None]
+        if hours:
+            tr.write_line(
+                f"serving: {sum(hours):.3f} GPU-hours in total"
+                + (f", est. ${sum(costs):.2f} at GPU list prices" if costs else "")
+                + " (docs: serving costs)"
+            )
+
+    def _shown(self, path: str) -> str:
+        """A run path relative to the rootdir when it is inside it."""
+        if self.rootpath is not None:
+            try:
+                return str(Path(path).relative_to(self.rootpath))
+            except ValueError:
+                pass
+        return path
+
+
+def _serving_line(row: dict[str, Any]) -> str:
+    text = (
+        f"server: start-up {float(row.get('server_startup_s', 0)):.1f}s, "
+        f"{float(row['server_s']):.1f}s in use"
+    )
+    if row.get("gpu_hours") is not None:
+        text += f"; {float(row['gpu_hours']):.4f} GPU-hours ({row.get('gpu')})"
+        if row.get("est_cost_usd") is not None:
+            text += f", est. ${float(row['est_cost_usd']):.4f}"
+    return text

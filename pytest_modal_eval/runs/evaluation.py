@@ -41,10 +41,13 @@ from pytest_modal_eval.runs.store import (
     write_json_atomic,
     write_results,
 )
+from pytest_modal_eval.serving.costs import ServerTime
 from pytest_modal_eval.serving.endpoint import EndpointInfo
 from pytest_modal_eval.stats import summary as stats
 from pytest_modal_eval.stats.pass_k import PassAtK, parse_metric_name, pass_at_k
 
+#: How much longer the client waits than the proxy's per-request deadline.
+PROXY_DEADLINE_MARGIN_S = 30.0
 #: Consecutive errored examples after which the endpoint is taken to be down.
 ABORT_AFTER_CONSECUTIVE_ERRORS = 20
 #: Progress is logged (``--log-cli-level=INFO`` shows it) every this share of the examples.
@@ -98,6 +101,8 @@ class RunRequest:
     # For a server we start, which decides the chat template part of the key: whether it would
     # apply a finished run's recorded template. None: the key is known without a server.
     applies_template: Callable[[Any], bool] | None = None
+    # ini overrides of the Modal GPU price table (USD per GPU-hour), for the cost estimate.
+    gpu_prices: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,9 @@ class RunOutcome:
     # Finished example id -> its rollouts' rewards, as arrays (reads as {str id: [reward]}).
     per_example_rewards: stats.ExampleRewards = field(default_factory=stats.ExampleRewards.empty)
     pass_at_k: list[PassAtK] = field(default_factory=list)  # over the finished examples
+    # Server start-up and time used, and on Modal GPU-hours and cost (see serving.costs);
+    # None when no server was asked for.
+    serving: dict[str, Any] | None = None
 
     @property
     def error_rate(self) -> float:
@@ -222,10 +230,16 @@ class BenchmarkRun:
         return self._last_read[1]
 
     def run(
-        self, info: EndpointInfo | None, on_example: Callable[[ExampleResult], None]
+        self,
+        info: EndpointInfo | None,
+        on_example: Callable[[ExampleResult], None],
+        server_startup_s: float = 0.0,
     ) -> RunOutcome:
         """Evaluate what is missing against ``info``'s endpoint (None: nothing is missing, as
-        :meth:`finished_without_server` found); each finished example goes to ``on_example``."""
+        :meth:`finished_without_server` found); each finished example goes to ``on_example``.
+        ``server_startup_s`` is the server start-up this benchmark waited for, counted in its
+        server time."""
+        on_server_since = time.monotonic()
         request, config = self.request, self.request.benchmark.config
         rows, selected_ids, rollouts = self.rows, self.selected_ids, self.rollouts
         chosen = self._choose(info)
@@ -358,6 +372,14 @@ class BenchmarkRun:
         outcome.journal_problem = journal.problem
         outcome.new_run_note = chosen.new_run_note
         outcome.serving_note = chosen.serving_note
+        if info is not None:
+            used = ServerTime(
+                backend=str(info.profile.get("backend")),
+                gpu=(info.profile.get("infra") or {}).get("gpu"),
+                startup_s=server_startup_s,
+                server_s=server_startup_s + time.monotonic() - on_server_since,
+            )
+            outcome.serving = used.to_json(request.gpu_prices)
         outcome.answer_hash = answer_hash
         # A baseline is compared across models, so its key leaves out who answered.
         outcome.baseline_hash = canonical_hash({**fields, "model": None, "endpoint": None})
@@ -456,9 +478,16 @@ def _run_grouped(
 ) -> None:
     config = request.benchmark.config
     log_route = None
+    request_timeout = config.eval.request_timeout
     if info.proxied:
-        # Our proxy writes this request's line to the run's own proxy.log.
-        log_route = {"X-Modal-Eval-Log": str(RunPaths(run_dir.resolve()).logs / "proxy.log")}
+        # Our proxy writes this request's line to the run's own proxy.log, and ends a request
+        # at eval.request_timeout with a 504 the client does not retry; the client waits a
+        # little longer, so that the proxy's answer (not a client timeout) ends the request.
+        log_route = {
+            "X-Modal-Eval-Log": str(RunPaths(run_dir.resolve()).logs / "proxy.log"),
+            "X-Modal-Eval-Deadline": f"{request_timeout:g}",
+        }
+        request_timeout += PROXY_DEADLINE_MARGIN_S
     # Examples missing different numbers of rollouts run as separate batches, so each
     # verifiers group is exactly the rollouts still missing. Each batch streams the rows.
     for group in sorted({m for m in still_missing if m}, reverse=True):
@@ -471,7 +500,7 @@ def _run_grouped(
                 sampling_args=sampling,
                 rollouts=group,
                 max_concurrent_requests=config.eval.max_concurrent,
-                request_timeout=config.eval.request_timeout,
+                request_timeout=request_timeout,
                 max_retries=config.eval.max_retries,
                 on_example=handle,
                 should_stop=should_stop,
@@ -560,6 +589,7 @@ def _metadata(request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]
         "resumed_examples": outcome.resumed_examples,
         "reused_answers": outcome.reused_answers,
         "answer_hash": outcome.answer_hash,
+        "serving": outcome.serving,
     }
 
 

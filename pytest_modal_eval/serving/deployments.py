@@ -1,12 +1,22 @@
-"""One server per server profile per session, owned by the controller process.
+"""One server per server profile at a time, owned by the controller process, stopped as soon as
+no remaining item of the session needs it.
 
-A *server profile* is what a server depends on (backend, model, infra, vllm, chat
-template). Benchmarks with equal profiles share one server, started lazily by the first
-benchmark that needs it and stopped at the end of the session.
+A *server profile* is what a server depends on (backend, model, infra, vllm, chat template).
+Benchmarks with equal profiles share one server, started lazily by the first benchmark that
+needs it. Collection puts the items of a profile next to each other (:func:`group_by_profile`)
+and hands the controller the *plan*: which item needs which profile. The controller learns from
+each item's teardown report that it is finished, and stops a server once no unfinished item of
+the plan needs its profile. A server a user's test started through the ``eval_endpoint``
+fixture is kept while any unfinished test requests that fixture (which profile it will ask for
+is not known before it runs).
 
-Without xdist the :class:`Deployments` object runs in-process. Under xdist it lives on the
-controller, which also runs a small HTTP broker on 127.0.0.1; workers ask the broker for
-the endpoint of a profile (handing it only JSON), so ``-n 4`` still deploys once.
+A backend whose servers run on this machine (``--backend local``) has at most one server at a
+time: one vLLM per GPU. A request for another profile waits until no running item holds the
+current server, then stops it; an item that would need two at once is refused with an error.
+
+Without xdist :class:`Deployments` runs in-process. Under xdist it lives on the controller,
+which also runs a small HTTP broker on 127.0.0.1; workers ask the broker for the endpoint of a
+profile (handing it only JSON), so ``-n 4`` still deploys once.
 """
 
 from __future__ import annotations
@@ -15,7 +25,9 @@ import asyncio
 import json
 import secrets
 import threading
-from dataclasses import asdict
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,56 +35,212 @@ import pytest
 
 from pytest_modal_eval.config.options import Settings
 from pytest_modal_eval.exceptions import ServerStartError
-from pytest_modal_eval.serving.backends import endpoint_info_for_existing, start_server
-from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
+from pytest_modal_eval.serving.backends import backend, endpoint_info_for_existing, start_server
+from pytest_modal_eval.serving.endpoint import EndpointInfo, Server, ServerRequest
 
 BROKER_INPUT_KEY = "modal_eval_broker"
+#: The plan's mark for an item that may ask for any profile (it uses ``eval_endpoint``).
+ANY_PROFILE = "*"
+#: Header carrying the broker's per-session token.
+BROKER_TOKEN_HEADER = "X-Broker-Token"
+
+
+def profile_key(request: ServerRequest) -> str:
+    return json.dumps(request.profile(), sort_keys=True)
+
+
+def group_by_profile(items: Sequence[Any], key_of: Mapping[int, str]) -> list[Any]:
+    """``items`` with those that have a profile (``key_of[id(item)]``) grouped by it, each group
+    where its first item was; other items keep their places. Stable, so every xdist worker
+    collects the same order."""
+    slots = [i for i, item in enumerate(items) if id(item) in key_of]
+    first: dict[str, int] = {}
+    for rank, i in enumerate(slots):
+        first.setdefault(key_of[id(items[i])], rank)
+    ordered = sorted(
+        (items[i] for i in slots), key=lambda item: first[key_of[id(item)]]
+    )  # sorted() is stable: within a profile, the collection order stays
+    out = list(items)
+    for i, item in zip(slots, ordered, strict=True):
+        out[i] = item
+    return out
+
+
+@dataclass
+class ServerRecord:
+    """One server's life, for the summary: when it came up and for how long."""
+
+    profile: dict[str, Any]
+    startup_s: float
+    started_at: float
+    stopped_at: float | None = None
+
+    @property
+    def up_s(self) -> float:
+        end = self.stopped_at if self.stopped_at is not None else time.monotonic()
+        return end - self.started_at + self.startup_s
+
+
+@dataclass
+class _Running:
+    server: Server
+    info: EndpointInfo
+    record: ServerRecord
+    runs_here: bool
 
 
 class Deployments:
-    """Starts and remembers one server per profile; stops them all at the end."""
+    """Starts servers on demand, one per profile; stops each when the plan no longer needs it."""
 
     def __init__(self, settings: Settings, logs_dir: Path) -> None:
         self.settings = settings
         self.logs_dir = logs_dir
-        self._servers: dict[str, tuple[Any, EndpointInfo]] = {}
+        self._cond = threading.Condition()
+        self._servers: dict[str, _Running] = {}
+        self._starting: set[str] = set()
         self._failures: dict[str, str] = {}  # a profile that failed to start is not retried
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._leases: dict[str, set[str]] = {}  # profile key -> unfinished items that use it
+        self._plan: dict[str, str] = {}  # node id -> profile key (or ANY_PROFILE)
+        self._finished: set[str] = set()
+        self._closed = False
         self.started: list[str] = []  # profile keys, in start order (tests count these)
+        self.stopped: list[str] = []  # profile keys, in stop order
+        self.records: list[ServerRecord] = []
 
-    def endpoint_for(self, request: ServerRequest) -> EndpointInfo:
+    # -- the plan -------------------------------------------------------------------------
+
+    def plan(self, needs: Mapping[str, str]) -> None:
+        """Which item (node id) needs which profile; sent once collection is done."""
+        with self._cond:
+            self._plan.update(needs)
+
+    def finished(self, nodeid: str) -> None:
+        """An item is over (its teardown was reported): release what it held, stop what the
+        rest of the plan does not need."""
+        with self._cond:
+            self._finished.add(nodeid)
+            for holders in self._leases.values():
+                holders.discard(nodeid)
+            idle = [key for key in self._servers if not self._needed(key)]
+            self._cond.notify_all()
+        for key in idle:
+            self._stop(key, only_if_idle=True)
+
+    def _needed(self, key: str) -> bool:
+        """Whether the server of ``key`` may still be asked for (call with the lock held)."""
+        if self._leases.get(key):
+            return True
+        if not self._plan:
+            return True  # no plan (nothing collected here): keep it to the end
+        return any(
+            wanted in (key, ANY_PROFILE) and nodeid not in self._finished
+            for nodeid, wanted in self._plan.items()
+        )
+
+    # -- servers --------------------------------------------------------------------------
+
+    def endpoint_for(self, request: ServerRequest, holder: str | None = None) -> EndpointInfo:
+        """The endpoint of ``request``'s profile, started if need be, for the item ``holder``
+        (a node id), which holds the server until its teardown is reported."""
         if request.backend == "endpoint":
             return endpoint_info_for_existing(request)
+        key = profile_key(request)
+        runs_here = backend(request.backend).runs_here
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise ServerStartError("the session is ending; no server is started")
+                if key in self._failures:
+                    raise ServerStartError(self._failures[key])
+                running = self._servers.get(key)
+                if running is not None:
+                    if holder is not None:
+                        self._leases.setdefault(key, set()).add(holder)
+                    return running.info
+                if key in self._starting:
+                    self._cond.wait()
+                    continue
+                if runs_here:
+                    others = [k for k, r in self._servers.items() if r.runs_here]
+                    others += [k for k in self._starting if k != key]
+                    held = {h for k in others for h in self._leases.get(k, ())}
+                    if holder is not None and holder in held:
+                        raise ServerStartError(
+                            f"{holder} needs two vLLM servers on this machine at once "
+                            "(--backend local runs one at a time, so that two never share a "
+                            "GPU). Use one server profile per test, or another backend."
+                        )
+                    if held or any(k in self._starting for k in others):
+                        self._cond.wait()  # another worker's item still uses it
+                        continue
+                    for other in others:
+                        self._stop_locked(other)
+                self._starting.add(key)
+                break
+        started = time.monotonic()
+        try:
+            server, info = start_server(request, self.settings, self.logs_dir)
+        except Exception as exc:
+            with self._cond:
+                # Every benchmark on this profile would wait out the same failure again.
+                self._failures[key] = str(exc)
+                self._starting.discard(key)
+                self._cond.notify_all()
+            raise ServerStartError(str(exc)) from None
+        startup_s = time.monotonic() - started
+        info = info.with_startup(startup_s, holder)
+        record = ServerRecord(request.profile(), startup_s, time.monotonic())
+        with self._cond:
+            self._servers[key] = _Running(server, info, record, runs_here)
+            self._starting.discard(key)
+            self.started.append(key)
+            self.records.append(record)
+            if holder is not None:
+                self._leases.setdefault(key, set()).add(holder)
+            self._cond.notify_all()
+            closed = self._closed
+        if closed:
+            self._stop(key)
+        return info
 
-        key = json.dumps(request.profile(), sort_keys=True)
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            if key in self._failures:
-                raise ServerStartError(self._failures[key])
-            if key not in self._servers:
-                try:
-                    server, info = start_server(request, self.settings, self.logs_dir)
-                except Exception as exc:
-                    # Every benchmark on this profile would wait out the same failure again.
-                    self._failures[key] = str(exc)
-                    raise ServerStartError(str(exc)) from None
-                self._servers[key] = (server, info)
-                self.started.append(key)
-            return self._servers[key][1]
+    def _stop(self, key: str, only_if_idle: bool = False) -> None:
+        with self._cond:
+            if only_if_idle and self._needed(key):
+                return
+            self._stop_locked(key)
+
+    def _stop_locked(self, key: str) -> None:
+        running = self._servers.pop(key, None)
+        if running is None:
+            return
+        running.record.stopped_at = time.monotonic()
+        self.stopped.append(key)
+        self._leases.pop(key, None)
+        try:
+            running.server.stop()
+        except Exception as exc:  # keep going: the others still need stopping
+            print(f"pytest-modal-eval: failed to stop a server: {exc}")
 
     def stop_all(self) -> None:
-        for server, _ in reversed(list(self._servers.values())):
-            try:
-                server.stop()
-            except Exception as exc:  # keep stopping the others
-                print(f"pytest-modal-eval: failed to stop a server: {exc}")
-        self._servers.clear()
+        with self._cond:
+            self._closed = True
+            for key in reversed(list(self._servers)):
+                self._stop_locked(key)
+            self._cond.notify_all()
+
+    # -- hooks (registered on the controller, or in-process without xdist) ----------------
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Runs on the controller (and in-process): an item's teardown, or xdist's report of a
+        crashed worker's item ("???"), means the item is over."""
+        if report.when in ("teardown", "???") and not hasattr(report, "context"):
+            self.finished(report.nodeid)
 
 
 class Broker:
-    """Controller side: answers workers' ``POST /endpoint`` from :class:`Deployments`."""
+    """Controller side: answers workers' ``POST /endpoint`` and ``POST /plan`` from
+    :class:`Deployments`."""
 
     def __init__(self, deployments: Deployments) -> None:
         self.deployments = deployments
@@ -87,21 +255,34 @@ class Broker:
 
         ready = threading.Event()
 
-        async def handle(request: web.Request) -> web.Response:
-            if request.headers.get("X-Broker-Token") != self.token:
+        def authorised(request: web.Request) -> bool:
+            given = request.headers.get(BROKER_TOKEN_HEADER, "")
+            return secrets.compare_digest(given.encode(), self.token.encode())
+
+        async def endpoint(request: web.Request) -> web.Response:
+            if not authorised(request):
                 return web.json_response({"error": "forbidden"}, status=403)
             payload = await request.json()
             try:
                 info = await asyncio.to_thread(
-                    self.deployments.endpoint_for, ServerRequest(**payload)
+                    self.deployments.endpoint_for,
+                    ServerRequest(**payload["request"]),
+                    payload.get("holder"),
                 )
             except Exception as exc:
                 return web.json_response({"error": str(exc)}, status=500)
             return web.json_response(info.to_json())
 
+        async def plan(request: web.Request) -> web.Response:
+            if not authorised(request):
+                return web.json_response({"error": "forbidden"}, status=403)
+            self.deployments.plan(await request.json())
+            return web.json_response({})
+
         async def serve() -> None:
             app = web.Application()
-            app.router.add_post("/endpoint", handle)
+            app.router.add_post("/endpoint", endpoint)
+            app.router.add_post("/plan", plan)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -130,30 +311,39 @@ class Broker:
 
 
 class BrokerClient:
-    """Worker side: the same ``endpoint_for`` as :class:`Deployments`, over HTTP."""
+    """Worker side: the same ``plan`` and ``endpoint_for`` as :class:`Deployments`, over HTTP.
+
+    Nothing is cached: the controller may have stopped a server since the last answer.
+    Requests go straight to 127.0.0.1, never through an ``HTTP_PROXY`` from the environment:
+    the broker's token must not leave the machine.
+    """
 
     def __init__(self, url: str, token: str) -> None:
         self.url, self.token = url, token
-        self._cache: dict[str, EndpointInfo] = {}
 
-    def endpoint_for(self, request: ServerRequest) -> EndpointInfo:
+    def _post(self, path: str, payload: Any) -> Any:
+        import httpx
+
+        # Deploys can take many minutes (cold starts, image builds): no short timeout.
+        response = httpx.post(
+            f"{self.url}{path}",
+            json=payload,
+            headers={BROKER_TOKEN_HEADER: self.token},
+            timeout=None,
+            trust_env=False,
+        )
+        if response.status_code != 200:
+            raise ServerStartError(response.json().get("error", response.text))
+        return response.json()
+
+    def plan(self, needs: Mapping[str, str]) -> None:
+        self._post("/plan", dict(needs))
+
+    def endpoint_for(self, request: ServerRequest, holder: str | None = None) -> EndpointInfo:
         if request.backend == "endpoint":
             return endpoint_info_for_existing(request)
-        key = json.dumps(request.profile(), sort_keys=True)
-        if key not in self._cache:
-            import httpx
-
-            # Deploys can take many minutes (cold starts, image builds): no short timeout.
-            response = httpx.post(
-                f"{self.url}/endpoint",
-                json=asdict(request),
-                headers={"X-Broker-Token": self.token},
-                timeout=None,
-            )
-            if response.status_code != 200:
-                raise ServerStartError(response.json().get("error", response.text))
-            self._cache[key] = EndpointInfo.from_json(response.json())
-        return self._cache[key]
+        data = self._post("/endpoint", {"request": asdict(request), "holder": holder})
+        return EndpointInfo.from_json(data)
 
 
 DEPLOYMENTS_KEY = pytest.StashKey[Deployments]()

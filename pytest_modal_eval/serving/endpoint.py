@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
@@ -202,6 +202,11 @@ class EndpointInfo:
     proxied: bool = False  # behind our proxy: requests may route their log line per run
     # Seconds the server took to start, by phase (Modal: "deploy", "until_serving"); {} if reused
     startup: dict[str, float] = field(default_factory=dict)
+    startup_s: float = 0.0  # seconds the server took to start (0: not started by us)
+    started_for: str | None = None  # the item (node id) whose request started it
+
+    def with_startup(self, startup_s: float, started_for: str | None) -> EndpointInfo:
+        return replace(self, startup_s=startup_s, started_for=started_for)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "endpoint": self.endpoint.to_json()}

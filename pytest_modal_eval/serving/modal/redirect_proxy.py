@@ -59,6 +59,9 @@ _logger = logging.getLogger(__name__)
 
 #: Request header naming the log file (absolute, named ``proxy.log``) for that request's line.
 LOG_ROUTE_HEADER = "X-Modal-Eval-Log"
+#: Request header with the client's own request timeout in seconds: the proxy's deadline for
+#: that request (its ``request_deadline_s`` applies when absent or unreadable).
+DEADLINE_HEADER = "X-Modal-Eval-Deadline"
 _LOG_NAME = "proxy.log"
 _FLUSH_INTERVAL_S = 0.5
 
@@ -77,7 +80,8 @@ _HOP_BY_HOP = frozenset(
 # aiohttp sets Host and body framing for the upstream request itself; a forwarded Host would
 # make Modal route to 127.0.0.1, and Expect would stall on a 100-continue nobody sends.
 _ROUTE_KEY = LOG_ROUTE_HEADER.lower()
-_DROP_FROM_CLIENT = _HOP_BY_HOP | {"host", "content-length", "expect", _ROUTE_KEY}
+_DEADLINE_KEY = DEADLINE_HEADER.lower()
+_DROP_FROM_CLIENT = _HOP_BY_HOP | {"host", "content-length", "expect", _ROUTE_KEY, _DEADLINE_KEY}
 # The redirect GET must carry no body (Modal rejects it), so no headers describing one either.
 _BODY_HEADERS = ("Content-Type", "Content-Encoding", "Content-Length")
 
@@ -229,14 +233,26 @@ def _error(status: int, kind: str, message: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
-def _deadline_error(s: ProxySettings, outcome: _Outcome) -> web.Response:
-    return _error(
+def _deadline_error(deadline_s: float, outcome: _Outcome) -> web.Response:
+    response = _error(
         504,
         "proxy_deadline",
-        f"no response from upstream within the proxy's request deadline of "
-        f"{s.request_deadline_s:g} s ({outcome.hops} redirect hops, "
-        f"{outcome.attempts} attempts)",
+        f"no response from upstream within the request deadline of "
+        f"{deadline_s:g} s ({outcome.hops} redirect hops, {outcome.attempts} attempts)",
     )
+    # The deadline is the client's whole budget for the request: a retry would spend it again.
+    response.headers["x-should-retry"] = "false"
+    return response
+
+
+def _deadline_of(s: ProxySettings, headers: Mapping[str, str]) -> float:
+    """The client's deadline (``X-Modal-Eval-Deadline``), else the proxy's default."""
+    raw = next((v for k, v in headers.items() if k.lower() == _DEADLINE_KEY), None)
+    try:
+        value = float(raw) if raw is not None else math.nan
+    except ValueError:
+        value = math.nan
+    return value if math.isfinite(value) and value > 0 else s.request_deadline_s
 
 
 class _UpstreamHeaders(CIMultiDict[str]):
@@ -351,8 +367,9 @@ class ModalProxy:
         url, upstream_headers = self._upstream_request(path_qs, headers)
         path = URL(path_qs, encoded=True).raw_path
         route = next((v for k, v in headers.items() if k.lower() == _ROUTE_KEY), None)
+        deadline_s = _deadline_of(self.settings, headers)
         with self._logged(method, path, route) as outcome:
-            deadline = asyncio.timeout(self.settings.request_deadline_s)
+            deadline = asyncio.timeout(deadline_s)
             answered = False
             try:
                 async with deadline:
@@ -377,10 +394,10 @@ class ModalProxy:
                 if answered:  # over HTTP the body would be cut: the same failure here
                     outcome.status += "+deadline"
                     raise aiohttp.ClientPayloadError(
-                        f"the proxy's request deadline of {self.settings.request_deadline_s:g} s "
+                        f"the proxy's request deadline of {deadline_s:g} s "
                         "passed while the answer was being read"
                     ) from None
-                made = _deadline_error(self.settings, outcome)
+                made = _deadline_error(deadline_s, outcome)
             except (aiohttp.ClientError, ConnectionError):
                 raise
             except Exception as exc:  # over HTTP, the proxy's server would answer 500
@@ -433,7 +450,8 @@ class ModalProxy:
         body = await request.read()  # buffered: a retry must resend it
         url, headers = self._upstream_request(request.raw_path, request.headers)
         assert self._session is not None
-        deadline = asyncio.timeout(s.request_deadline_s)
+        deadline_s = _deadline_of(s, request.headers)
+        deadline = asyncio.timeout(deadline_s)
         response: web.StreamResponse | None = None
         try:
             async with deadline:
@@ -461,7 +479,7 @@ class ModalProxy:
                 raise
             if response is None:
                 outcome.status = "504"
-                return _deadline_error(s, outcome)
+                return _deadline_error(deadline_s, outcome)
             outcome.status += "+deadline"
         except (aiohttp.ClientError, ConnectionError) as exc:
             if response is None:  # not from streaming, so not ours to handle

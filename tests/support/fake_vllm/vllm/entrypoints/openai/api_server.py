@@ -17,6 +17,9 @@ Test-only controls:
 - ``--fake-exit-code N`` (e.g. from a benchmark's ``vllm.extra_args``, so it is per server
   profile): after recording the start, print an error and exit with code N, the way vLLM exits
   on a bad flag or a model that cannot load;
+- ``FAKE_VLLM_STOPS``: a file to which each clean stop appends a JSON line (pid, port, time),
+  and each start record also carries its time (``t``), so a test sees which servers were up
+  at once;
 - ``FAKE_VLLM_STARTUP_S``: seconds to wait before binding, like vLLM loading a model, which
   widens the window in which concurrent benchmarks could start a second server.
 """
@@ -28,6 +31,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 
 from aiohttp import web
 
@@ -46,18 +50,24 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def record_start(args: argparse.Namespace, served: str, argv: list[str]) -> None:
-    path = os.environ.get("FAKE_VLLM_STARTS")
-    if not path:
-        return
-    line = json.dumps(
+    append_line(
+        "FAKE_VLLM_STARTS",
         {
             "pid": os.getpid(),
             "model": args.model,
             "served_model_name": served,
             "port": args.port,
             "argv": argv,
-        }
+            "t": time.time(),
+        },
     )
+
+
+def append_line(variable: str, record: dict[str, object]) -> None:
+    path = os.environ.get(variable)
+    if not path:
+        return
+    line = json.dumps(record)
     # One write on an O_APPEND descriptor: concurrent starts never interleave their lines.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -77,6 +87,7 @@ async def serve(host: str, port: int, served: str, startup_s: float) -> None:
     await until_stop_signal()
     print("fake vLLM: shutting down", flush=True)
     await runner.cleanup()
+    append_line("FAKE_VLLM_STOPS", {"pid": os.getpid(), "port": port, "t": time.time()})
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,104 @@
+"""Server time and cost per benchmark, and the summary's rows for every benchmark.
+
+The Modal run is the whole plugin on the Modal backend with the deployed app's URL pointing at
+the local OpenAI test server (as in tests/test_modal_app.py): only the lookup of the deployed
+app and of its chat template are replaced, since they talk to Modal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_modal_eval.serving.costs import DEFAULT_GPU_PRICES, ServerTime, parse_prices
+from pytest_modal_eval.serving.modal.backend import ModalServer
+from tests.conftest import BenchmarkProject
+
+PROXY_ENV = {
+    "MODAL_PROXY_TOKEN_ID": "wk-test",
+    "MODAL_PROXY_TOKEN_SECRET": "ws-test",
+    "VLLM_API_KEY": "key-test",
+}
+
+
+def test_gpu_hours_and_cost_from_the_price_table() -> None:
+    half_hour_on_two = ServerTime("modal", "H100:2", startup_s=100.0, server_s=1800.0)
+    data = half_hour_on_two.to_json({})
+    assert data["gpu_hours"] == 1.0
+    assert data["est_cost_usd"] == pytest.approx(DEFAULT_GPU_PRICES["H100"], abs=1e-4)
+    assert data["price_source"].startswith("Modal list price 20")
+    assert half_hour_on_two.to_json({"H100": 2.0})["est_cost_usd"] == 2.0
+    # A local server has no GPU bill: time only.
+    assert ServerTime("local", "H100:2", 5.0, 50.0).to_json({}) == {
+        "backend": "local",
+        "server_startup_s": 5.0,
+        "server_s": 50.0,
+    }
+    assert parse_prices(["a100 = 1.5", "# comment", ""]) == {"A100-40GB": 1.5}
+    with pytest.raises(ValueError, match="TYPE = USD_PER_GPU_HOUR"):
+        parse_prices(["H100: 3"])
+
+
+def test_modal_run_reports_startup_server_time_gpu_hours_and_cost(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-test")
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-test")
+    for var, value in PROXY_ENV.items():
+        monkeypatch.setenv(var, value)
+    project.add("alpha", n=4, extra_yaml="infra: {gpu: 'A100-80GB:2'}\n")
+    project.pytester.makeini(
+        "[pytest]\naddopts = -p no:randomly\nmodal_eval_gpu_prices =\n    A100-80GB = 36\n"
+    )
+    project.server.configure(model="org/x", require_key=PROXY_ENV["VLLM_API_KEY"])
+    monkeypatch.setattr(ModalServer, "_web_url", lambda self, name: project.server.url)
+    provenance = {"source": "model:tokenizer_config.json", "sha256": "cd" * 32}
+    monkeypatch.setattr(ModalServer, "_read_template_dict", lambda self, name: provenance)
+
+    result = project.pytester.runpytest("--model", "org/x", "--backend", "modal")
+
+    result.assert_outcomes(passed=1)
+    [metadata] = (project.pytester.path / "outputs").glob("evals/alpha--*/*/metadata.json")
+    serving = json.loads(metadata.read_text())["serving"]
+    assert serving["backend"] == "modal"
+    assert serving["gpu"] == "A100-80GB:2"
+    assert 0 < serving["server_startup_s"] <= serving["server_s"]
+    assert serving["gpu_hours"] == pytest.approx(serving["server_s"] * 2 / 3600, abs=1e-4)
+    assert serving["usd_per_gpu_hour"] == 36
+    assert serving["est_cost_usd"] == pytest.approx(serving["server_s"] * 2 / 3600 * 36, abs=1e-3)
+    assert serving["price_source"] == "ini modal_eval_gpu_prices"
+    result.stdout.fnmatch_lines(
+        [
+            "alpha: server: start-up *s, *s in use; * GPU-hours (A100-80GB:2), est. $*",
+            "serving: * GPU-hours in total, est. $* at GPU list prices*",
+        ]
+    )
+
+
+def test_a_bad_price_line_is_a_usage_error(project: BenchmarkProject) -> None:
+    project.add("alpha", n=2)
+    project.pytester.makeini("[pytest]\nmodal_eval_gpu_prices =\n    H100 three dollars\n")
+    result = project.run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*modal_eval_gpu_prices: cannot read 'H100 three dollars'*"])
+
+
+def test_summary_has_error_rows_and_run_paths_relative_to_the_rootdir(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=3)
+    broken = project.add("beta", n=3)
+    broken.write_text(broken.read_text().replace("env_id: file-qa", "env_id: not-installed-env"))
+    result = project.run()
+    result.assert_outcomes(passed=1, errors=1)
+    out = result.stdout.str()
+    summary = out[out.index("evaluation summary") :]
+    [alpha_row] = [line for line in summary.splitlines() if line.startswith("alpha ")]
+    run_dir = alpha_row.split()[-1]
+    assert run_dir.startswith("outputs/evals/alpha--default--test-model/"), alpha_row
+    assert (Path(project.pytester.path) / run_dir / "metadata.json").exists()
+    [beta_row] = [line for line in summary.splitlines() if line.startswith("beta ")]
+    assert "ERROR" in beta_row.split()
+    result.stdout.fnmatch_lines(["beta: ERROR: *not-installed-env*is not installed*"])
