@@ -24,7 +24,7 @@ import openai
 import pytest
 
 import pytest_modal_eval.serving.modal.redirect_proxy as proxy_module
-from pytest_modal_eval.client import verifiers_adapter
+from pytest_modal_eval.client import direct_client
 from pytest_modal_eval.client.direct_client import DirectOpenAI
 from pytest_modal_eval.client.env_proxy import env_proxy
 from pytest_modal_eval.serving.modal.redirect_proxy import (
@@ -463,7 +463,7 @@ def direct_client(
         if via == "http":  # as in an xdist worker, where the proxy runs in another process
             patch.setattr(proxy_module, "_IN_PROCESS", {})
         return DirectOpenAI(
-            sdk, request_timeout=timeout, max_connections=8, http=verifiers_adapter._http()
+            sdk, request_timeout=timeout, max_connections=8, http=direct_client.sdk_http()
         )
 
 
@@ -475,7 +475,7 @@ def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -
             return await client.post(
                 "/chat/completions",
                 body=body,
-                cast_to=verifiers_adapter._http().Response,
+                cast_to=direct_client.sdk_http().Response,
                 options={"headers": headers},
             )
         except openai.OpenAIError as exc:
