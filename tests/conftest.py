@@ -36,11 +36,15 @@ def _preload_evaluation_stack() -> None:
     from pytest_modal_eval.client.verifiers_adapter import installed_api
 
     if installed_api() == "v1":
-        import verifiers.v1  # noqa: F401
+        import httpcore  # noqa: F401  (httpx imports it lazily: keep one module for all runs)
+        import openai
+        import verifiers.v1
 
         from pytest_modal_eval.client import verifiers_v1  # noqa: F401
         from pytest_modal_eval.envs import file_qa_v1  # noqa: F401
 
+        httpx.Client().close()
+        openai.AsyncOpenAI(api_key="x", base_url="http://127.0.0.1:9/v1")
         return
     import datasets  # noqa: F401
     import verifiers as vf

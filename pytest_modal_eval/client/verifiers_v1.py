@@ -52,9 +52,11 @@ from pytest_modal_eval.serving.endpoint import Endpoint
 
 #: How to install a v1 taskset from the Prime environment hub.
 INSTALL_HINT = (
-    "install it into the environment pytest runs in: `prime env install {env_id}` or any "
-    "package that makes the module `{module}` importable and exports a verifiers v1 Taskset "
-    "in its __all__ (verifiers {version} is installed, which has only the v1 API)"
+    "install it into the environment pytest runs in, from the Prime environment hub: "
+    "`prime env install {env_id}` or `uv pip install {env_id} "
+    "--extra-index-url https://hub.primeintellect.ai/primeintellect/simple/` (any package that "
+    "makes the module `{module}` importable and exports a verifiers v1 Taskset in its __all__; "
+    "verifiers {version} is installed, which has only the v1 API)"
 )
 
 ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
@@ -226,7 +228,7 @@ class _Rollout:
     waits: list[float]
 
 
-class PluginClient(vf.Client):
+class PluginClient(vf.Client):  # type: ignore[misc]
     """The model client behind verifiers' interception server: the plugin's
     :class:`DirectOpenAI` sends each request, seeded for its rollout and keyed for the answer
     journal by its example."""
@@ -278,15 +280,18 @@ def _provider_error(exc: Exception) -> Exception:
     import openai
 
     if isinstance(exc, openai.APIStatusError):
-        return model_error(str(exc), status_code=exc.status_code)
+        error: Exception = model_error(str(exc), status_code=exc.status_code)
+        return error
     if isinstance(exc, openai.APITimeoutError):
-        return model_error(str(exc) or "request timed out", status_code=504)
+        error = model_error(str(exc) or "request timed out", status_code=504)
+        return error
     if isinstance(exc, openai.APIConnectionError):
-        return model_error(str(exc) or "connection error", status_code=503)
+        error = model_error(str(exc) or "connection error", status_code=503)
+        return error
     return exc
 
 
-class PluginInterception(InterceptionServer):
+class PluginInterception(InterceptionServer):  # type: ignore[misc]
     """verifiers' interception server on 127.0.0.1 whose rollouts all use ``client``."""
 
     def __init__(self, client: PluginClient) -> None:
@@ -294,7 +299,7 @@ class PluginInterception(InterceptionServer):
         self.plugin_client = client
 
     def register(self, session: RolloutSession) -> tuple[str, str]:
-        secrets = super().register(session)
+        secrets: tuple[str, str] = super().register(session)
         session.client = self.plugin_client
         return secrets
 

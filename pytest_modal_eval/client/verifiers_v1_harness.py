@@ -22,11 +22,11 @@ from verifiers.v1.runtimes import ProgramResult
 HARNESS_ID = "pytest-modal-eval-chat"
 
 
-class ChatHarnessConfig(vf.HarnessConfig):
+class ChatHarnessConfig(vf.HarnessConfig):  # type: ignore[misc]
     id: str = HARNESS_ID
 
 
-class ChatHarness(vf.Harness[ChatHarnessConfig]):
+class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
     APPENDS_SYSTEM_PROMPT = True  # the system prompt is its own message, as in the classic API
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False

@@ -21,29 +21,29 @@ import verifiers.v1 as vf
 from pytest_modal_eval.envs.file_qa import answers_match, final_answer, read_records
 
 
-class FileQAData(vf.TaskData):
+class FileQAData(vf.TaskData):  # type: ignore[misc]
     answer: str = ""
     #: The line's fields other than question and answer (None when there are none).
     info: dict[str, Any] | None = None
 
 
-class FileQATask(vf.Task[FileQAData]):
-    @vf.reward
+class FileQATask(vf.Task[FileQAData]):  # type: ignore[misc]
+    @vf.reward  # type: ignore[untyped-decorator]
     async def correct(self, trace: vf.Trace) -> float:
         return 1.0 if answers_match(final_answer(trace.last_reply), self.data.answer) else 0.0
 
 
-class FileQATasksetConfig(vf.TasksetConfig):
+class FileQATasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     id: str = "file-qa"
     path: str
     """The JSONL data file; relative paths are resolved against ``base_dir``."""
     # The classic environment's argument: the system prompt's text. (v1's own
     # ``TasksetConfig.system_prompt`` names a file whose text replaces each task's.)
-    system_prompt: str | None = None  # type: ignore[assignment]
+    system_prompt: str | None = None
     base_dir: str | None = None
 
 
-class FileQATaskset(vf.Taskset[FileQATask, FileQATasksetConfig]):
+class FileQATaskset(vf.Taskset[FileQATask, FileQATasksetConfig]):  # type: ignore[misc]
     def __init__(self, config: FileQATasksetConfig) -> None:
         # Not super().__init__: it would read ``system_prompt`` as a file name. The prompt is
         # part of each task's data instead, as in the classic environment.
