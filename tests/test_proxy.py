@@ -24,8 +24,7 @@ import openai
 import pytest
 
 import pytest_modal_eval.serving.modal.redirect_proxy as proxy_module
-from pytest_modal_eval.client import direct_client
-from pytest_modal_eval.client.direct_client import DirectOpenAI
+from pytest_modal_eval.client.direct_client import DirectOpenAI, sdk_http
 from pytest_modal_eval.client.env_proxy import env_proxy
 from pytest_modal_eval.serving.modal.redirect_proxy import (
     LOG_ROUTE_HEADER,
@@ -462,9 +461,7 @@ def direct_client(
     with monkeypatch.context() as patch:  # the lookup happens when the client is made
         if via == "http":  # as in an xdist worker, where the proxy runs in another process
             patch.setattr(proxy_module, "_IN_PROCESS", {})
-        return DirectOpenAI(
-            sdk, request_timeout=timeout, max_connections=8, http=direct_client.sdk_http()
-        )
+        return DirectOpenAI(sdk, request_timeout=timeout, max_connections=8, http=sdk_http())
 
 
 def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -> Any:
@@ -475,7 +472,7 @@ def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -
             return await client.post(
                 "/chat/completions",
                 body=body,
-                cast_to=direct_client.sdk_http().Response,
+                cast_to=sdk_http().Response,
                 options={"headers": headers},
             )
         except openai.OpenAIError as exc:
