@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from pytest_modal_eval.client.verifiers_adapter import installed_api
-from tests.conftest import BenchmarkProject, read_jsonl, subtest_counts
+from tests.conftest import BenchmarkProject, classic_only, read_jsonl, subtest_counts
 
 
 def test_help_documents_every_option(pytester: pytest.Pytester) -> None:
@@ -425,7 +425,7 @@ def test_endpoint_going_down_mid_run_aborts_once(project: BenchmarkProject) -> N
     result = project.run()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
-        ["*the first * examples all failed to evaluate (e.g. ModelError*)*looks down*re-run*"]
+        ["*the first * examples all failed to evaluate (e.g. *Error*)*looks down*re-run*"]
     )
     # It stopped early instead of sending every remaining request.
     assert project.server.stats()["chat_requests"] < 40
@@ -452,6 +452,10 @@ def test_absolute_path_option_with_a_space_is_a_usage_error(
     assert f"Write --model={model_dir} instead" in result.stderr.str()
 
 
+# With verifiers 0.4 a rollout's generation time also holds the hop through verifiers'
+# interception server and its trace bookkeeping (~40 ms per rollout here, docs/verifiers.md),
+# so these 50 ms bounds hold for the classic path only.
+@classic_only()
 @pytest.mark.parametrize("prefetch", [0, 1])
 def test_time_waiting_for_a_request_slot_is_not_generation_time(
     project: BenchmarkProject, prefetch: int

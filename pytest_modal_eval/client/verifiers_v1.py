@@ -423,4 +423,5 @@ async def run_examples(
             for job in workers:
                 job.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            await agent.harness.aclose()
             await direct.close()

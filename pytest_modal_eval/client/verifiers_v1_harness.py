@@ -31,6 +31,24 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False
 
+    _client: httpx.AsyncClient | None = None
+
+    def client(self) -> httpx.AsyncClient:
+        """One HTTP client for all rollouts (a client per rollout cost ~0.1 s of CPU each).
+
+        The interception endpoint is plain HTTP on 127.0.0.1: no proxy, no certificates. The
+        interception server applies the model and sampling; the plugin's client behind it owns
+        timeouts and retries, so this hop waits as long as that takes.
+        """
+        if self._client is None:
+            self._client = httpx.AsyncClient(trust_env=False, verify=False, timeout=None)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
     async def launch(
         self,
         ctx: vf.ModelContext,
@@ -50,14 +68,11 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
             messages.append({"role": "user", "content": prompt})
         else:
             messages += [m.model_dump(mode="json", exclude_none=True) for m in prompt or []]
-        # The interception server applies the model and sampling; the plugin's client behind it
-        # owns timeouts and retries, so this hop on 127.0.0.1 waits as long as that takes.
-        async with httpx.AsyncClient(trust_env=False, timeout=None) as client:
-            answer = await client.post(
-                endpoint.rstrip("/") + "/chat/completions",
-                json={"model": ctx.model, "messages": messages},
-                headers={"Authorization": f"Bearer {secret}"},
-            )
+        answer = await self.client().post(
+            endpoint.rstrip("/") + "/chat/completions",
+            json={"model": ctx.model, "messages": messages},
+            headers={"Authorization": f"Bearer {secret}"},
+        )
         if answer.status_code != 200:
             return ProgramResult(1, "", f"HTTP {answer.status_code}: {answer.text[:2000]}")
         return ProgramResult(0, "", "")
