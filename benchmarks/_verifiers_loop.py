@@ -1,4 +1,4 @@
-"""The plugin's verifiers layer alone: ``verifiers_adapter.run_examples`` with no pytest around it.
+"""The plugin's verifiers layer alone: ``verifiers_classic.run_examples`` with no pytest around it.
 
 ``python -m benchmarks._verifiers_loop --data F --base-url URL --concurrency N --out J
 [--client direct|sdk|httpx]`` runs every row of a file-qa JSONL once and writes JSON with each
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import MAX_TOKENS, MODEL_NAME, SYSTEM_PROMPT
-from pytest_modal_eval.client import verifiers_adapter
+from pytest_modal_eval.client import verifiers_classic
 from pytest_modal_eval.config.schema import EvalConfig
 from pytest_modal_eval.serving.endpoint import Endpoint
 
@@ -49,7 +49,7 @@ def _sdk_client(endpoint: Endpoint, **options: Any) -> Any:
     return client
 
 
-_direct_client = verifiers_adapter.chat_client
+_direct_client = verifiers_classic.chat_client
 
 
 def main() -> None:
@@ -61,13 +61,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.client == "httpx":
-        verifiers_adapter.chat_client = _verifiers_default_client
+        verifiers_classic.chat_client = _verifiers_default_client
     elif args.client == "sdk":
-        verifiers_adapter.chat_client = _sdk_client
-    env = verifiers_adapter.load_environment(
+        verifiers_classic.chat_client = _sdk_client
+    env = verifiers_classic.load_environment(
         "file-qa", {"path": str(args.data), "system_prompt": SYSTEM_PROMPT}, args.data.parent
     )
-    rows = verifiers_adapter.dataset_rows(env, None)
+    rows = verifiers_classic.dataset_rows(env, None)
     times: list[float] = []
     cpu = [0.0, 0.0]
 
@@ -78,7 +78,7 @@ def main() -> None:
             cpu[0] = cpu[1]
 
     asyncio.run(
-        verifiers_adapter.run_examples(
+        verifiers_classic.run_examples(
             env,
             rows,
             endpoint=Endpoint(f"{args.base_url}/v1", MODEL_NAME),

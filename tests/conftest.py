@@ -18,12 +18,34 @@ from tests.support.openai_server import DEFAULT_SETTINGS
 REPO = Path(__file__).resolve().parent.parent
 
 
+def classic_only() -> pytest.MarkDecorator:
+    """Skip a test of verifiers' classic API (0.3.x) when verifiers 0.4 (v1 API) is installed."""
+    from pytest_modal_eval.client.verifiers_adapter import installed_api
+
+    return pytest.mark.skipif(
+        installed_api() != "classic", reason="tests verifiers' classic API (0.3.x)"
+    )
+
+
 def _preload_evaluation_stack() -> None:
     """Import what an evaluation imports, before pytester snapshots ``sys.modules``.
 
     In-process ``pytester.runpytest`` drops modules first imported during the inner run;
     re-importing ``datasets`` then re-registers pyarrow extension types and fails.
     """
+    from pytest_modal_eval.client.verifiers_adapter import installed_api
+
+    if installed_api() == "v1":
+        import httpcore  # noqa: F401  (httpx imports it lazily: keep one module for all runs)
+        import openai
+        import verifiers.v1
+
+        from pytest_modal_eval.client import verifiers_v1  # noqa: F401
+        from pytest_modal_eval.envs import file_qa_v1  # noqa: F401
+
+        httpx.Client().close()
+        openai.AsyncOpenAI(api_key="x", base_url="http://127.0.0.1:9/v1")
+        return
     import datasets  # noqa: F401
     import verifiers as vf
     from verifiers.clients import resolve_client

@@ -7,8 +7,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from pytest_modal_eval.client.verifiers_adapter import installed_api
 from pytest_modal_eval.runs.record import RolloutRecord
-from tests.conftest import BenchmarkProject, read_jsonl, subtest_counts
+from tests.conftest import BenchmarkProject, classic_only, read_jsonl, subtest_counts
 
 
 def test_help_documents_every_option(pytester: pytest.Pytester) -> None:
@@ -74,7 +75,10 @@ def test_progress_is_logged_and_verifiers_logs_go_to_the_run(project: BenchmarkP
     out = result.stdout.str()
     assert "Aborted rollout" not in out and "HTTP Request: POST" not in out
     [run_dir] = project.run_dirs("alpha")
-    assert "Aborted rollout" in (run_dir / "logs" / "verifiers.log").read_text()
+    # What verifiers logs for a failed request: 0.3 ends the rollout, 0.4's interception server
+    # reports the failed model call.
+    failed = "Aborted rollout" if installed_api() == "classic" else "model call failed"
+    assert failed in (run_dir / "logs" / "verifiers.log").read_text()
 
 
 def test_failing_gate_gives_the_numbers(project: BenchmarkProject) -> None:
@@ -415,7 +419,7 @@ def test_endpoint_going_down_mid_run_aborts_once(project: BenchmarkProject) -> N
     result = project.run()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
-        ["*the first * examples all failed to evaluate (e.g. ModelError*)*looks down*re-run*"]
+        ["*the first * examples all failed to evaluate (e.g. *Error*)*looks down*re-run*"]
     )
     # It stopped early instead of sending every remaining request.
     assert project.server.stats()["chat_requests"] < 40
@@ -442,6 +446,10 @@ def test_absolute_path_option_with_a_space_is_a_usage_error(
     assert f"Write --model={model_dir} instead" in result.stderr.str()
 
 
+# With verifiers 0.4 a rollout's generation time also holds the hop through verifiers'
+# interception server and its trace bookkeeping (~40 ms per rollout here, docs/verifiers.md),
+# so these 50 ms bounds hold for the classic path only.
+@classic_only()
 @pytest.mark.parametrize("prefetch", [0, 1])
 def test_time_waiting_for_a_request_slot_is_not_generation_time(
     project: BenchmarkProject, prefetch: int

@@ -27,12 +27,13 @@ from aiohttp import web
 from verifiers.clients import OpenAIChatCompletionsClient
 from verifiers.errors import OverlongPromptError
 
-from pytest_modal_eval.client import send_order, verifiers_adapter
+from pytest_modal_eval.client import direct_client, send_order, verifiers_classic
 from pytest_modal_eval.client.direct_client import (
     DirectOpenAI,
     dumps,
     retry_after_s,
     retry_delay,
+    sdk_http,
     sdk_proxy,
     should_retry,
 )
@@ -134,7 +135,7 @@ class ScriptedServer:
 
 
 def sdk_client(base_url: str, *, max_retries: int, timeout: float = 30.0) -> openai.AsyncOpenAI:
-    http = verifiers_adapter._http()
+    http = direct_client.sdk_http()
     return openai.AsyncOpenAI(
         api_key="sk-test-0123",
         base_url=base_url,
@@ -148,7 +149,7 @@ def sdk_client(base_url: str, *, max_retries: int, timeout: float = 30.0) -> ope
 
 def direct(sdk: openai.AsyncOpenAI, timeout: float = 30.0, **options: Any) -> DirectOpenAI:
     return DirectOpenAI(
-        sdk, request_timeout=timeout, max_connections=8, http=verifiers_adapter._http(), **options
+        sdk, request_timeout=timeout, max_connections=8, http=direct_client.sdk_http(), **options
     )
 
 
@@ -345,7 +346,7 @@ def test_a_proxy_the_client_cannot_read_leaves_requests_to_the_sdk(
 ) -> None:
     clear_proxy_env(monkeypatch)
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
-    http = verifiers_adapter._http()
+    http = direct_client.sdk_http()
     url = "https://api.example.test/v1/"
 
     async def options(http_client: Any) -> Any:
@@ -392,7 +393,7 @@ def test_loopback_endpoints_never_go_through_the_environment_proxy(
         server = ScriptedServer([Answer()])
         url = await server.__aenter__()
         endpoint = Endpoint(url, "m", None)
-        client = verifiers_adapter.chat_client(
+        client = verifiers_classic.chat_client(
             endpoint, request_timeout=5, max_retries=0, max_connections=4
         ).client
         try:
@@ -464,7 +465,7 @@ def test_a_proxy_it_cannot_read_fails_clearly_instead_of_taking_the_sdk_path(
             api_key="k", base_url=url, http_client=openai.DefaultAsyncHttpxClient()
         )
         try:
-            DirectOpenAI(sdk, request_timeout=5, max_connections=4, http=verifiers_adapter._http())
+            DirectOpenAI(sdk, request_timeout=5, max_connections=4, http=sdk_http())
         finally:
             await sdk.close()
 
@@ -528,7 +529,7 @@ RETRY_HEADERS = [
 def test_retry_decision_matches_the_sdk(headers: dict[str, str], status: int) -> None:
     if headers.get("retry-after", "").startswith("<a date"):
         headers = {"retry-after": email.utils.formatdate(time.time() + 30, usegmt=True)}
-    http = verifiers_adapter._http()
+    http = direct_client.sdk_http()
     sdk = openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1", max_retries=4)
     response = http.Response(status, headers=headers, request=http.Request("POST", "http://x"))
     assert should_retry(status, response.headers) == sdk._should_retry(response)

@@ -11,6 +11,7 @@ import pytest
 from pytest_modal_eval.client.verifiers_adapter import dataset_rows
 from pytest_modal_eval.envs.file_qa import answers_match, final_answer, load_environment
 from pytest_modal_eval.runs.resume import fingerprint_rows
+from tests.conftest import classic_only
 
 
 @pytest.mark.parametrize(
@@ -47,6 +48,7 @@ def test_answers_match(given: str, expected: str, match: bool) -> None:
     assert answers_match(given, expected) is match
 
 
+@classic_only()
 @pytest.mark.parametrize("system_prompt", [None, "", "Reply with the number only."])
 def test_dataset_is_the_one_verifiers_builds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system_prompt: str | None

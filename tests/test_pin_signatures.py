@@ -1,4 +1,4 @@
-"""verifiers_adapter.pin_signatures: the same signatures, the same scores, less work per rollout."""
+"""verifiers_classic.pin_signatures: the same signatures, the same scores, less work per rollout."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import verifiers as vf
 from datasets import Dataset
 
-from pytest_modal_eval.client import verifiers_adapter
+from pytest_modal_eval.client import verifiers_classic
 from pytest_modal_eval.serving.endpoint import Endpoint
 from tests.conftest import FakeServer, arithmetic_rows
 
@@ -75,9 +75,9 @@ def scores(env: Any, server: FakeServer, rollouts: int = 2) -> dict[int, list[An
         ]
 
     asyncio.run(
-        verifiers_adapter.run_examples(
+        verifiers_classic.run_examples(
             env,
-            verifiers_adapter.dataset_rows(env, None),
+            verifiers_classic.dataset_rows(env, None),
             endpoint=Endpoint(f"{server.url}/v1", "test-model"),
             sampling_args={"temperature": 0.0, "max_tokens": 32},
             rollouts=rollouts,
@@ -95,7 +95,7 @@ def test_pinned_signatures_are_the_ones_inspect_derives() -> None:
     before = [inspect.signature(f) for f in introspected(env)]
     assert len(before) >= 7  # stop conditions, cleanup handlers, five reward functions
 
-    verifiers_adapter.pin_signatures(env)
+    verifiers_classic.pin_signatures(env)
 
     for function, signature in zip(introspected(env), before, strict=True):
         target = getattr(function, "__func__", function)
@@ -110,7 +110,7 @@ def test_a_pinned_environment_scores_exactly_as_before(fake_server: FakeServer) 
     fake_server.configure(accuracy=0.5)  # some right, some wrong: rewards that differ
     plain = scores(make_env(), fake_server)
     env = make_env()
-    verifiers_adapter.pin_signatures(env)
+    verifiers_classic.pin_signatures(env)
     pinned = scores(env, fake_server)
 
     assert pinned == plain
@@ -133,7 +133,7 @@ def test_other_callables_and_other_objects() -> None:
     expected = [inspect.signature(partial), inspect.signature(call), inspect.signature(len)]
     env = type("Env", (), {"_stop_conditions": [partial, call, len], "rubric": None})()
 
-    verifiers_adapter.pin_signatures(env)
+    verifiers_classic.pin_signatures(env)
 
     assert [inspect.signature(f) for f in (partial, call, len)] == expected
-    verifiers_adapter.pin_signatures(object())  # not an environment of this verifiers: left alone
+    verifiers_classic.pin_signatures(object())  # not an environment of this verifiers: left alone

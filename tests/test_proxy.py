@@ -24,8 +24,7 @@ import openai
 import pytest
 
 import pytest_modal_eval.serving.modal.redirect_proxy as proxy_module
-from pytest_modal_eval.client import verifiers_adapter
-from pytest_modal_eval.client.direct_client import DirectOpenAI
+from pytest_modal_eval.client.direct_client import DirectOpenAI, sdk_http
 from pytest_modal_eval.client.env_proxy import env_proxy
 from pytest_modal_eval.serving.modal.redirect_proxy import (
     DEADLINE_HEADER,
@@ -463,9 +462,7 @@ def direct_client(
     with monkeypatch.context() as patch:  # the lookup happens when the client is made
         if via == "http":  # as in an xdist worker, where the proxy runs in another process
             patch.setattr(proxy_module, "_IN_PROCESS", {})
-        return DirectOpenAI(
-            sdk, request_timeout=timeout, max_connections=8, http=verifiers_adapter._http()
-        )
+        return DirectOpenAI(sdk, request_timeout=timeout, max_connections=8, http=sdk_http())
 
 
 def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -> Any:
@@ -476,7 +473,7 @@ def post_chat(client: DirectOpenAI, headers: dict[str, str], body: Any = CHAT) -
             return await client.post(
                 "/chat/completions",
                 body=body,
-                cast_to=verifiers_adapter._http().Response,
+                cast_to=sdk_http().Response,
                 options={"headers": headers},
             )
         except openai.OpenAIError as exc:
@@ -790,9 +787,7 @@ def test_the_deadline_is_the_clients_and_its_504_is_not_retried(
     with monkeypatch.context() as patch:
         if via == "http":
             patch.setattr(proxy_module, "_IN_PROCESS", {})
-        client = DirectOpenAI(
-            sdk, request_timeout=30, max_connections=8, http=verifiers_adapter._http()
-        )
+        client = DirectOpenAI(sdk, request_timeout=30, max_connections=8, http=sdk_http())
     started = time.monotonic()
     hops = {"X-Test-Hops": "50", "X-Test-Hop-Delay": "0.2", DEADLINE_HEADER: "0.5"}
     error = post_chat(client, hops)

@@ -256,6 +256,76 @@ class DirectOpenAI:
         await self._sdk.close()
 
 
+def open_direct_client(
+    base_url: str,
+    *,
+    api_key: str | None,
+    headers: Mapping[str, str],
+    request_timeout: float,
+    max_retries: int,
+    max_connections: int,
+    max_in_flight: int | None = None,
+    journal: AnswerJournal | None = None,
+) -> DirectOpenAI:
+    """An ``AsyncOpenAI`` for ``base_url`` and the :class:`DirectOpenAI` that sends its requests.
+
+    The SDK client is built on openai's aiohttp transport (httpx's connection pool scans every
+    connection for every request, which capped a run at ~90 requests/s) and holds the key,
+    headers, retries and timeouts; :class:`DirectOpenAI` sends each rollout's request with
+    exactly those and passes every other call to it.
+    """
+    import openai
+
+    from pytest_modal_eval.serving.endpoint_check import on_loopback
+
+    http = sdk_http()
+    http_options: dict[str, Any] = {
+        "timeout": http.Timeout(request_timeout, connect=CONNECT_TIMEOUT_S),
+        "limits": http.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        "follow_redirects": False,  # as verifiers' client: a redirect is an answer, not a hop
+        # HTTP(S)_PROXY from the environment, as the SDK reads it; never for 127.0.0.1 & co.
+        "trust_env": not on_loopback(base_url),
+    }
+    try:
+        http_client = openai.DefaultAioHttpClient(**http_options)
+    except RuntimeError:  # an openai without its aiohttp transport: fall back to httpx
+        http_client = openai.DefaultAsyncHttpxClient(**http_options)
+    sdk = openai.AsyncOpenAI(
+        api_key=api_key or "EMPTY",
+        base_url=base_url,
+        max_retries=max_retries,
+        default_headers=dict(headers),
+        http_client=http_client,
+    )
+    return DirectOpenAI(
+        sdk,
+        request_timeout=request_timeout,
+        max_connections=max_connections,
+        http=http,
+        max_in_flight=max_in_flight,
+        journal=journal,
+    )
+
+
+def sdk_http() -> Any:
+    """The HTTP library openai is built on: httpx2 from openai 3 on, httpx before.
+
+    Read from openai's version, not from what is importable: verifiers 0.4 installs httpx2
+    beside openai 2.x, which is built on httpx.
+    """
+    from importlib.metadata import version
+
+    if int(version("openai").split(".")[0]) < 3:
+        import httpx
+
+        return httpx
+    import httpx2
+
+    return httpx2
+
+
 def sdk_proxy(sdk: Any, url: str, http: Any) -> ProxyOptions | None:
     """The proxy the SDK's HTTP client would send ``url``'s requests through, as httpx reads the
     environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), as request

@@ -1,0 +1,302 @@
+"""verifiers' classic API (0.3.x): the implementation :mod:`.verifiers_adapter` picks there.
+
+What the rest of the plugin sees (through the adapter): :func:`load_environment`,
+:func:`dataset_rows`, and :func:`run_examples`, which runs groups of rollouts with a bound on
+*requests* in flight and hands each finished example to a callback as soon as it completes
+(nothing is accumulated here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import math
+from array import array
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, overload
+
+from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
+from pytest_modal_eval.client.rollout_seeds import (
+    ROLLOUT_COLUMN,
+    SLOT_WAIT_COLUMN,
+    GroupRollouts,
+    current_group,
+)
+from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
+from pytest_modal_eval.serving.endpoint import Endpoint
+
+#: Environments shipped with the plugin, resolved without a separate installation.
+BUNDLED = {"file-qa": "pytest_modal_eval.envs.file_qa"}
+
+#: How to install the environments the shipped benchmarks use (Prime environment hub).
+INSTALL_HINT = (
+    "install it into the environment pytest runs in, from the Prime environment hub: "
+    "`prime env install primeintellect/{env_id}` or `uv pip install {env_id} "
+    "--extra-index-url https://hub.primeintellect.ai/primeintellect/simple/` "
+    "(any package that makes the module `{module}` importable works)"
+)
+
+
+def module_name(env_id: str) -> str:
+    return env_id.replace("-", "_")
+
+
+def missing_environment(env_id: str) -> str | None:
+    """Why ``env_id`` cannot be loaded here (not installed), or None; imports nothing."""
+    if env_id in BUNDLED:
+        return None
+    name = module_name(env_id)
+    if importlib.util.find_spec(name) is None:
+        return f"environment {env_id!r} is not installed: " + INSTALL_HINT.format(
+            env_id=env_id, module=name
+        )
+    return None
+
+
+def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> Any:
+    """Load a verifiers environment by id, with errors that say how to fix them."""
+    import verifiers as vf
+
+    _quiet_datasets()
+    args = dict(env_args)
+    if env_id in BUNDLED:
+        # Our own environment resolves data paths against the benchmark's directory.
+        args.setdefault("base_dir", str(base_dir))
+        module = importlib.import_module(BUNDLED[env_id])
+        env = _call_loader(env_id, module.load_environment, args)
+    else:
+        problem = missing_environment(env_id)
+        if problem:
+            raise EnvironmentLoadError(problem)
+        env = _call_loader(env_id, lambda **kw: vf.load_environment(env_id, **kw), args)
+    pin_signatures(env)
+    return env
+
+
+def pin_signatures(env: Any) -> None:
+    """Give the functions verifiers introspects on every rollout their signature, once.
+
+    For each rollout verifiers calls ``inspect.signature`` on every stop condition, cleanup
+    handler and reward function (about ten times for a single-turn rollout: ~15 % of the CPU a
+    request costs). ``inspect.signature`` returns a function's ``__signature__`` when it has one
+    (PEP 362), so setting it to the signature inspect derives gives the same answer without the
+    work. Functions that already have one, or that take no attributes, are left alone; an
+    environment without these attributes (another verifiers version) is left as it is.
+    """
+    functions = [*getattr(env, "_stop_conditions", ()), *getattr(env, "_cleanup_handlers", ())]
+    rubrics = [getattr(env, "rubric", None)]
+    while rubrics:
+        rubric = rubrics.pop()
+        functions.extend(getattr(rubric, "funcs", ()))
+        rubrics.extend(getattr(rubric, "rubrics", ()))
+    for function in functions:
+        target = getattr(function, "__func__", function)  # a bound method's function
+        if getattr(target, "__signature__", None) is not None:
+            continue
+        try:
+            target.__signature__ = inspect.signature(target)
+        except (AttributeError, TypeError, ValueError):  # builtins, C callables, no signature
+            continue
+
+
+def _call_loader(env_id: str, loader: Callable[..., Any], args: dict[str, Any]) -> Any:
+    try:
+        return loader(**args)
+    except TypeError as exc:
+        raise EnvironmentLoadError(f"environment {env_id!r} rejected env_args: {exc}") from None
+    except ValueError as exc:  # FileQAError and environments' own argument checks
+        raise EnvironmentLoadError(str(exc)) from None
+
+
+def dataset_rows(env: Any, num_examples: int | None) -> EvalRows:
+    """The evaluation dataset as plain rows (``example_id``, ``prompt``, ``answer``, ...)."""
+    dataset = env.get_eval_dataset()
+    if dataset is None:
+        raise EnvironmentLoadError("the environment has no evaluation dataset")
+    if num_examples is not None:
+        dataset = dataset.select(range(min(num_examples, len(dataset))))
+    return EvalRows(dataset)
+
+
+class EvalRows(Sequence[dict[str, Any]]):
+    """A dataset's rows as plain dicts, decoded a batch at a time, never all at once.
+
+    Rows are exactly what ``Dataset.to_list()`` gives (that is how each batch is decoded), but
+    a 100,000-example dataset never becomes 100,000 dicts held for the whole run (~700
+    bytes each). Slicing gives another lazy view; :meth:`example_ids` reads one column only.
+    """
+
+    batch_size = 1000
+
+    def __init__(self, dataset: Any) -> None:
+        self._dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self._dataset)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> EvalRows: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | EvalRows:
+        if isinstance(index, slice):
+            return EvalRows(self._dataset.select(range(len(self))[index]))
+        row: dict[str, Any] = self._dataset.select([range(len(self))[index]]).to_list()[0]
+        return row
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for start in range(0, len(self), self.batch_size):
+            stop = min(start + self.batch_size, len(self))
+            yield from self._dataset.select(range(start, stop)).to_list()
+
+    def example_ids(self) -> array[int]:
+        """Every row's ``example_id``, in order (8 bytes each, not a list of int objects)."""
+        return array("q", self._dataset.with_format("arrow")["example_id"].to_pylist())
+
+
+ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
+
+#: State columns each rollout's output carries (see :mod:`.seeded_client`): its rollout index,
+#: and the seconds its requests waited for a free request slot (``eval.prefetch``).
+
+
+async def run_examples(
+    env: Any,
+    rows: Iterable[dict[str, Any]],
+    *,
+    endpoint: Endpoint,
+    sampling_args: dict[str, Any],
+    rollouts: int,
+    max_concurrent_requests: int,
+    request_timeout: float,
+    max_retries: int,
+    on_example: ExampleCallback,
+    should_stop: Callable[[], str | None] = lambda: None,
+    extra_headers: dict[str, str] | None = None,
+    prefetch: int = 0,
+    journal: AnswerJournal | None = None,
+    rollout_indexes: Callable[[int], Sequence[int]] | None = None,
+) -> None:
+    """Run ``rollouts`` rollouts of each row; call ``on_example`` as each example finishes.
+
+    At most ``max_concurrent_requests`` requests wait for an answer at once. verifiers' own
+    ``max_concurrent`` counts groups, not requests; here a group holds ``rollouts`` requests, so
+    ceil(limit / rollouts) groups are in flight, and ``prefetch`` times as many more are started
+    ahead: they wait with their request ready, so it goes out the moment an answer frees a
+    slot instead of after that answer is scored (the server otherwise idles while the client
+    scores a batch of answers that finished together). With a ``journal``, answers that arrived
+    for unfinished examples are recorded and replayed after a resume, so starting examples
+    ahead does not add requests sent twice. Rows are pulled lazily so memory stays flat however
+    large the dataset. ``should_stop`` is polled after each example; a non-None return cancels
+    the rest (e.g. the endpoint is down) and is raised as :class:`RunAborted`. Rollout ``r`` of
+    an example samples with ``seed + r`` (see :mod:`pytest_modal_eval.client.rollout_seeds`); which
+    ``r`` an example still needs is ``rollout_indexes(example_id)``, else ``range(rollouts)``.
+    """
+    client = chat_client(
+        endpoint,
+        request_timeout=request_timeout,
+        max_retries=max_retries,
+        max_connections=max(64, max_concurrent_requests * 2),
+        max_in_flight=max_concurrent_requests,
+        extra_headers=extra_headers,
+        journal=journal,
+    )
+    slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
+    pending = iter(rows)
+
+    async def worker() -> None:
+        # Each worker pulls the next row when it is free: rows are read lazily, in order, and
+        # finishing an example costs O(1), not a scan of everything in flight.
+        for row in pending:
+            example_id = int(row["example_id"])
+            # Read by the client in this task and the rollout tasks verifiers starts from it.
+            current_example.set(example_id)  # the journal's key
+            indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
+            current_group.set(GroupRollouts(indexes))
+            outputs = await env.run_group(
+                [dict(row) for _ in range(rollouts)],
+                client,
+                endpoint.model,
+                sampling_args,
+                state_columns=[ROLLOUT_COLUMN, SLOT_WAIT_COLUMN],
+            )
+            on_example(example_id, [dict(output) for output in outputs])
+            reason = should_stop()
+            if reason is not None:
+                raise RunAborted(reason)
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(slots)]
+    try:
+        done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                raise error
+    finally:
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        await _close(client)
+
+
+def chat_client(
+    endpoint: Endpoint,
+    *,
+    request_timeout: float,
+    max_retries: int,
+    max_connections: int,
+    extra_headers: dict[str, str] | None = None,
+    max_in_flight: int | None = None,
+    journal: AnswerJournal | None = None,
+) -> Any:
+    """verifiers' chat-completions client, its requests sent by :class:`DirectOpenAI`.
+
+    The ``AsyncOpenAI`` built here (on openai's aiohttp transport: httpx's connection pool
+    scans every connection for every request, which capped a run at ~90 requests/s) holds the
+    key, headers, retries and timeouts; :class:`DirectOpenAI` sends verifiers' per-rollout
+    request with exactly those and passes every other call to it. Key and headers are resolved
+    exactly as verifiers resolves them.
+    """
+    from verifiers.types import ClientConfig
+    from verifiers.utils.client_utils import _build_headers_and_api_key
+
+    from pytest_modal_eval.client.direct_client import open_direct_client
+    from pytest_modal_eval.client.seeded_client import SeededChatClient
+
+    config = ClientConfig(
+        api_base_url=endpoint.base_url,
+        api_key_var=endpoint.api_key_env or "PYTEST_MODAL_EVAL_NO_KEY",
+        extra_headers={**dict(endpoint.headers), **(extra_headers or {})},
+    )
+    headers, api_key = _build_headers_and_api_key(config)
+    return SeededChatClient(
+        open_direct_client(
+            endpoint.base_url,
+            api_key=api_key,
+            headers=headers,
+            request_timeout=request_timeout,
+            max_retries=max_retries,
+            max_connections=max_connections,
+            max_in_flight=max_in_flight,
+            journal=journal,
+        )
+    )
+
+
+async def _close(client: Any) -> None:
+    close = getattr(client, "close", None)
+    if close is not None:
+        result = close()
+        if isinstance(result, Awaitable):
+            await result
+
+
+def _quiet_datasets() -> None:
+    # datasets prints a progress bar for every map(); it would interleave with pytest's output.
+    from datasets.utils.logging import disable_progress_bar
+
+    disable_progress_bar()

@@ -1,0 +1,427 @@
+"""verifiers' v1 API (0.4.x): the implementation :mod:`.verifiers_adapter` picks there.
+
+An environment id names a v1 *taskset*: an installed package (``owner/name@version`` ->
+module ``name`` with ``-`` -> ``_``) exporting a ``vf.Taskset`` subclass in ``__all__``; its
+``env_args`` are the taskset config's fields. ``file-qa`` is the plugin's own
+(:mod:`pytest_modal_eval.envs.file_qa_v1`).
+
+Each rollout runs through verifiers' public ``vf.Agent`` with, instead of v1's defaults (which
+reach the network), a local setup:
+
+- runtime ``subprocess`` (default: a Prime cloud sandbox, which needs a public tunnel);
+- harness ``pytest-modal-eval-chat`` (:mod:`.verifiers_v1_harness`), one chat request made
+  in-process (v1's ``null``/``bash`` harnesses ``uv``-install a script's packages from PyPI);
+- an interception server on 127.0.0.1 (:class:`PluginInterception`) whose model client is the
+  plugin's :class:`~pytest_modal_eval.client.direct_client.DirectOpenAI`, so the in-flight cap,
+  the answer journal, per-rollout seeds, retries, timeouts and proxy settings are the same as
+  with the classic API;
+- nothing is uploaded (results go to the plugin's checkpoint, as with the classic API).
+
+Only single-agent tasksets without tools or containers can run this way; others are refused
+with a message that says why (:func:`load_environment`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import math
+import os
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+import verifiers.v1 as vf
+from pydantic import ValidationError
+from pydantic_core import from_json
+from verifiers.v1.dialects import Dialect
+from verifiers.v1.envs.single_agent import SingleAgentEnv
+from verifiers.v1.errors import model_error
+from verifiers.v1.interception import InterceptionServer
+from verifiers.v1.session import RolloutSession
+from verifiers.v1.utils.loaders import environment_class, load_taskset, taskset_config_type
+
+from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
+from pytest_modal_eval.client.direct_client import DirectOpenAI, open_direct_client, slot_waits
+from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
+from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID
+from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
+from pytest_modal_eval.serving.endpoint import Endpoint
+
+#: How to install a v1 taskset from the Prime environment hub.
+INSTALL_HINT = (
+    "install it into the environment pytest runs in, from the Prime environment hub: "
+    "`prime env install {env_id}` or `uv pip install {env_id} "
+    "--extra-index-url https://hub.primeintellect.ai/primeintellect/simple/` (any package that "
+    "makes the module `{module}` importable and exports a verifiers v1 Taskset in its __all__; "
+    "verifiers {version} is installed, which has only the v1 API)"
+)
+
+ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
+
+
+def module_name(env_id: str) -> str:
+    """The module verifiers v1 imports for ``env_id`` (``owner/name@version`` -> ``name``)."""
+    return env_id.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
+
+
+def missing_environment(env_id: str) -> str | None:
+    """Why ``env_id`` cannot be loaded here (not installed), or None; imports nothing new."""
+    if env_id == "file-qa":
+        return None
+    module = module_name(env_id)
+    if importlib.util.find_spec(f"verifiers.v1.tasksets.{module}") or importlib.util.find_spec(
+        module
+    ):
+        return None
+    from verifiers import __version__
+
+    return f"environment {env_id!r} is not installed: " + INSTALL_HINT.format(
+        env_id=env_id, module=module, version=__version__
+    )
+
+
+@dataclass
+class V1Environment:
+    """A loaded taskset and its tasks (``tasks[i]`` is example ``i``)."""
+
+    env_id: str
+    taskset: vf.Taskset[Any, Any]
+    tasks: list[vf.Task[Any, Any, Any]]
+
+
+def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V1Environment:
+    """Load the v1 taskset ``env_id`` with ``env_args`` as its config, checked to be one the
+    plugin can run offline."""
+    problem = missing_environment(env_id)
+    if problem:
+        raise EnvironmentLoadError(problem)
+    if env_id == "file-qa":
+        from pytest_modal_eval.envs.file_qa_v1 import FileQATaskset, FileQATasksetConfig
+
+        try:
+            file_qa_config = FileQATasksetConfig.model_validate(
+                {"base_dir": str(base_dir), **env_args}
+            )
+        except ValidationError as exc:
+            raise EnvironmentLoadError(_config_problem(env_id, exc)) from None
+        taskset: vf.Taskset[Any, Any] = FileQATaskset(file_qa_config)
+    else:
+        try:
+            config = taskset_config_type(env_id).model_validate({**env_args, "id": env_id})
+        except ValidationError as exc:
+            raise EnvironmentLoadError(_config_problem(env_id, exc)) from None
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            raise EnvironmentLoadError(f"environment {env_id!r}: {exc}") from None
+        env_class = environment_class(env_id)
+        if env_class is not SingleAgentEnv:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r} runs its tasks in its own Env ({env_class.__name__}), "
+                "e.g. several agents or a judge; pytest-modal-eval runs single-agent tasksets "
+                "only (one model answering each task)"
+            )
+        taskset = load_taskset(config)
+    _check_runnable(env_id, taskset)
+    if not taskset.bounded:
+        raise EnvironmentLoadError(f"environment {env_id!r} has infinitely many tasks")
+    try:
+        tasks = list(taskset)
+    except ValueError as exc:  # FileQAError and tasksets' own data checks
+        raise EnvironmentLoadError(str(exc)) from None
+    if not tasks:
+        raise EnvironmentLoadError(f"environment {env_id!r} has no tasks")
+    return V1Environment(env_id, taskset, tasks)
+
+
+def _config_problem(env_id: str, exc: ValidationError) -> str:
+    fields = "; ".join(
+        f"env_args.{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+        for error in exc.errors()
+    )
+    return f"environment {env_id!r} rejected env_args: {fields}"
+
+
+def _check_runnable(env_id: str, taskset: vf.Taskset[Any, Any]) -> None:
+    """Refuse tasks that need what a local, tool-less chat rollout cannot give them."""
+    task_type = type(taskset).task_type()
+    if task_type.NEEDS_CONTAINER:
+        raise EnvironmentLoadError(
+            f"environment {env_id!r}: its tasks ({task_type.__name__}) need a container "
+            "runtime; pytest-modal-eval runs v1 tasks in-process, without one"
+        )
+    tools = [*task_type.toolsets(taskset.config.task), *type(taskset).toolsets(taskset.config)]
+    if tools:
+        raise EnvironmentLoadError(
+            f"environment {env_id!r}: its tasks use tool servers "
+            f"({', '.join(type(t).__name__ for t in tools)}); pytest-modal-eval's v1 harness "
+            "makes one chat request per rollout and calls no tools"
+        )
+
+
+def dataset_rows(env: V1Environment, num_examples: int | None) -> V1Rows:
+    tasks = env.tasks if num_examples is None else env.tasks[:num_examples]
+    return V1Rows(tasks)
+
+
+def prompt_messages(data: vf.TaskData) -> list[dict[str, Any]]:
+    """The task's prompt as chat messages, as the harness sends them (system message first)."""
+    messages: list[dict[str, Any]] = []
+    if data.system_prompt:
+        messages.append({"role": "system", "content": data.system_prompt})
+    if isinstance(data.prompt, str):
+        messages.append({"role": "user", "content": data.prompt})
+    elif data.prompt is not None:
+        messages += [m.model_dump(mode="json", exclude_none=True) for m in data.prompt]
+    return messages
+
+
+def task_row(example_id: int, task: vf.Task[Any, Any, Any]) -> dict[str, Any]:
+    data = task.data
+    return {
+        "example_id": example_id,
+        "prompt": prompt_messages(data),
+        "answer": getattr(data, "answer", None),
+        "info": getattr(data, "info", None),
+    }
+
+
+class V1Rows(Sequence[dict[str, Any]]):
+    """The tasks as plain rows (``example_id`` = the task's position, ``prompt``, ``answer``,
+    ``info``), made as they are read."""
+
+    def __init__(self, tasks: Sequence[vf.Task[Any, Any, Any]], start: int = 0) -> None:
+        self._tasks = tasks
+        self._start = start
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> V1Rows: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | V1Rows:
+        if isinstance(index, slice):
+            positions = range(len(self))[index]
+            if positions.step != 1:
+                raise ValueError("rows are sliced contiguously")
+            return V1Rows(self._tasks[index], self._start + positions.start)
+        position = range(len(self))[index]
+        return task_row(self._start + position, self._tasks[position])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for position, task in enumerate(self._tasks):
+            yield task_row(self._start + position, task)
+
+    def example_ids(self) -> array[int]:
+        return array("q", range(self._start, self._start + len(self)))
+
+
+@dataclass
+class _Rollout:
+    example_id: int
+    index: int
+    waits: list[float]
+
+
+class PluginClient(vf.Client):  # type: ignore[misc]
+    """The model client behind verifiers' interception server: the plugin's
+    :class:`DirectOpenAI` sends each request, seeded for its rollout and keyed for the answer
+    journal by its example."""
+
+    def __init__(self, direct: DirectOpenAI) -> None:
+        self.direct = direct
+        self.rollouts: dict[str, _Rollout] = {}  # trace id -> its rollout
+        self._http = direct._http
+
+    async def get_response(
+        self,
+        dialect: Dialect,
+        body: dict[str, Any],
+        sampling: vf.SamplingConfig,
+        session_id: str | None = None,
+        turn: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> vf.Response:
+        rollout = self.rollouts.get(session_id or "")
+        if rollout is not None:
+            body = dict(seeded(body, rollout.index))
+        example_token = current_example.set(rollout.example_id if rollout else None)
+        waits_token = slot_waits.set(rollout.waits if rollout else None)
+        try:
+            answer = await self.direct.post(
+                dialect.upstream_path, body=body, cast_to=self._http.Response, options={}
+            )
+        except Exception as exc:
+            raise _provider_error(exc) from exc
+        finally:
+            slot_waits.reset(waits_token)
+            current_example.reset(example_token)
+        try:
+            raw = from_json(answer.content)
+            response = dialect.parse_response(dialect.validate_response(raw))
+        except (ValueError, ValidationError) as exc:
+            raise model_error(
+                f"malformed upstream response: {type(exc).__name__}: {exc}", status_code=502
+            ) from exc
+        response.raw = raw
+        return response
+
+    async def close(self) -> None:
+        pass  # closed by the run, which owns it
+
+
+def _provider_error(exc: Exception) -> Exception:
+    """openai's exception as verifiers' ``ProviderError`` (recorded on the trace as such)."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        error: Exception = model_error(str(exc), status_code=exc.status_code)
+        return error
+    if isinstance(exc, openai.APITimeoutError):
+        error = model_error(str(exc) or "request timed out", status_code=504)
+        return error
+    if isinstance(exc, openai.APIConnectionError):
+        error = model_error(str(exc) or "connection error", status_code=503)
+        return error
+    return exc
+
+
+class PluginInterception(InterceptionServer):  # type: ignore[misc]
+    """verifiers' interception server on 127.0.0.1 whose rollouts all use ``client``."""
+
+    def __init__(self, client: PluginClient) -> None:
+        super().__init__(requires_tunnel=False)
+        self.plugin_client = client
+
+    def register(self, session: RolloutSession) -> tuple[str, str]:
+        secrets: tuple[str, str] = super().register(session)
+        session.client = self.plugin_client
+        return secrets
+
+
+def rollout_output(
+    example_id: int, task: vf.Task[Any, Any, Any], trace: vf.Trace, rollout: _Rollout
+) -> dict[str, Any]:
+    """A finished rollout in the shape the plugin records (verifiers 0.3's rollout output)."""
+    messages = (
+        [m.model_dump(mode="json", exclude_none=True) for m in trace.branches[-1].messages]
+        if trace.branches
+        else []
+    )
+    first_reply = next(
+        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
+    )
+    error = trace.last_error if not trace.ok else None
+    metrics: dict[str, Any] = {
+        name: reward.score for name, reward in trace.rewards.items() if reward is not None
+    }
+    metrics.update({name: value for name, value in trace.metrics.items() if value is not None})
+    timing = trace.timing
+    ends = [span.end for span in (timing.agent, timing.finalize, timing.scoring) if span.end]
+    usage = trace.usage
+    return {
+        "example_id": example_id,
+        "prompt": messages[:first_reply] or prompt_messages(task.data),
+        "completion": messages[first_reply:],
+        "answer": getattr(task.data, "answer", None),
+        "info": getattr(task.data, "info", None),
+        "reward": trace.reward,
+        "metrics": metrics,
+        "error": None if error is None else {"error": error.type, "message": error.message},
+        "timing": {
+            "generation": {"duration": timing.agent.duration},
+            "scoring": {"duration": timing.scoring.duration},
+            "total": max(ends) - timing.start if ends else 0.0,
+        },
+        "is_truncated": any(call.finish_reason == "length" for call in trace.calls),
+        "stop_condition": trace.stop_condition,
+        "token_usage": usage.model_dump(mode="json") if usage is not None else None,
+        ROLLOUT_COLUMN: rollout.index,
+        SLOT_WAIT_COLUMN: sum(rollout.waits),
+    }
+
+
+async def run_examples(
+    env: V1Environment,
+    rows: Iterable[dict[str, Any]],
+    *,
+    endpoint: Endpoint,
+    sampling_args: dict[str, Any],
+    rollouts: int,
+    max_concurrent_requests: int,
+    request_timeout: float,
+    max_retries: int,
+    on_example: ExampleCallback,
+    should_stop: Callable[[], str | None] = lambda: None,
+    extra_headers: dict[str, str] | None = None,
+    prefetch: int = 0,
+    journal: AnswerJournal | None = None,
+    rollout_indexes: Callable[[int], Sequence[int]] | None = None,
+) -> None:
+    """See :meth:`pytest_modal_eval.client.verifiers_adapter.VerifiersAPI.run_examples`."""
+    api_key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    direct = open_direct_client(
+        endpoint.base_url,
+        api_key=api_key,
+        headers={**dict(endpoint.headers), **(extra_headers or {})},
+        request_timeout=request_timeout,
+        max_retries=max_retries,
+        max_connections=max(64, max_concurrent_requests * 2),
+        max_in_flight=max_concurrent_requests,
+        journal=journal,
+    )
+    client = PluginClient(direct)
+    agent_config = vf.AgentConfig(
+        harness={"id": HARNESS_ID},
+        runtime=vf.SubprocessConfig(),
+        model=endpoint.model,
+        # Never contacted: every request goes through ``client``. A key variable of our own
+        # keeps verifiers from reading the Prime CLI's configuration for its default one.
+        client=vf.EvalClientConfig(
+            base_url=endpoint.base_url, api_key_var="PYTEST_MODAL_EVAL_NO_KEY"
+        ),
+        sampling=vf.SamplingConfig.model_validate(sampling_args),
+    )
+    slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
+    pending = iter(rows)
+
+    async with PluginInterception(client) as interception:
+        agent = vf.Agent(agent_config, interception=interception)
+
+        async def run_one(example_id: int, task: Any, rollout: _Rollout) -> dict[str, Any]:
+            def minted(trace: vf.Trace) -> None:
+                client.rollouts[trace.id] = rollout
+
+            trace = await agent.run(task, on_trace=minted)
+            client.rollouts.pop(trace.id, None)
+            return rollout_output(example_id, task, trace, rollout)
+
+        async def worker() -> None:
+            for row in pending:
+                example_id = int(row["example_id"])
+                task = env.tasks[example_id]
+                indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
+                group = [_Rollout(example_id, index, []) for index in list(indexes)[:rollouts]]
+                outputs = await asyncio.gather(*(run_one(example_id, task, r) for r in group))
+                on_example(example_id, list(outputs))
+                reason = should_stop()
+                if reason is not None:
+                    raise RunAborted(reason)
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(slots)]
+        try:
+            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+            for finished in done:
+                if not finished.cancelled() and (error := finished.exception()) is not None:
+                    raise error
+        finally:
+            for job in workers:
+                job.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            await agent.harness.aclose()
+            await direct.close()

@@ -1,0 +1,129 @@
+"""The verifiers adapter: which implementation is picked, and the v1 (0.4.x) implementation run
+against the real test server on 127.0.0.1 (these run when verifiers 0.4 is installed:
+`uv run --with verifiers==0.4.0 pytest tests/test_verifiers_adapter.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_modal_eval.client.verifiers_adapter import api_for, installed_api
+from pytest_modal_eval.exceptions import EnvironmentLoadError
+from pytest_modal_eval.serving.endpoint import Endpoint
+from tests.conftest import FakeServer
+
+v1_only = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
+
+
+@pytest.mark.parametrize(
+    ("version", "api"),
+    [("0.3.1", "classic"), ("0.3.2.dev1", "classic"), ("0.4.0", "v1"), ("0.4.1rc2", "v1")],
+)
+def test_api_follows_the_installed_version(version: str, api: str) -> None:
+    assert api_for(version) == api
+
+
+def test_a_newer_verifiers_is_refused_with_the_supported_range() -> None:
+    with pytest.raises(EnvironmentLoadError, match=r"verifiers>=0.3.1,<0.5"):
+        api_for("0.5.0")
+
+
+def write_qa(path: Path, n: int) -> Path:
+    rows = [{"question": f"What is {i} + 3?", "answer": str(i + 3), "n": i} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@v1_only
+def test_v1_file_qa_rows_and_errors(tmp_path: Path) -> None:
+    from pytest_modal_eval.client import verifiers_v1
+
+    write_qa(tmp_path / "qa.jsonl", 3)
+    env = verifiers_v1.load_environment(
+        "file-qa", {"path": "qa.jsonl", "system_prompt": "Be brief."}, tmp_path
+    )
+    rows = verifiers_v1.dataset_rows(env, None)
+    assert list(rows.example_ids()) == [0, 1, 2]
+    assert rows[1] == {
+        "example_id": 1,
+        "prompt": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 1 + 3?"},
+        ],
+        "answer": "4",
+        "info": {"n": 1},
+    }
+    assert [r["example_id"] for r in rows[1:]] == [1, 2]
+    with pytest.raises(EnvironmentLoadError, match=r"env_args.path: Field required"):
+        verifiers_v1.load_environment("file-qa", {}, tmp_path)
+    with pytest.raises(EnvironmentLoadError, match=r"missing.qa.jsonl does not exist"):
+        verifiers_v1.load_environment("file-qa", {"path": "missing.qa.jsonl"}, tmp_path)
+    problem = verifiers_v1.missing_environment("someone/no-such-taskset@1.0")
+    assert problem is not None and "`no_such_taskset`" in problem
+
+
+@v1_only
+def test_v1_rollouts_are_seeded_and_scored(tmp_path: Path, fake_server: FakeServer) -> None:
+    """Each rollout asks with seed + its index, through the plugin's client, and comes back in
+    the shape the plugin records."""
+    from pytest_modal_eval.client import verifiers_v1
+
+    write_qa(tmp_path / "qa.jsonl", 4)
+    fake_server.configure(delay=0.05, right_when_seed_even=True)
+    env = verifiers_v1.load_environment("file-qa", {"path": "qa.jsonl"}, tmp_path)
+    finished: dict[int, list[dict[str, Any]]] = {}
+    asyncio.run(
+        verifiers_v1.run_examples(
+            env,
+            verifiers_v1.dataset_rows(env, None),
+            endpoint=Endpoint(fake_server.base_url, "test-model"),
+            sampling_args={"temperature": 0.7, "seed": 10},
+            rollouts=3,
+            max_concurrent_requests=2,
+            request_timeout=30,
+            max_retries=0,
+            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
+        )
+    )
+    stats = fake_server.stats()
+    assert sorted(finished) == [0, 1, 2, 3]
+    for seeds in stats["seeds_by_question"].values():
+        assert sorted(seeds) == [10, 11, 12]
+    for outputs in finished.values():
+        assert sorted(o["pytest_modal_eval_rollout"] for o in outputs) == [0, 1, 2]
+        for output in outputs:
+            # right exactly when the seed (10 + rollout) is even
+            assert output["reward"] == (1.0 if output["pytest_modal_eval_rollout"] != 1 else 0.0)
+            assert output["error"] is None
+            assert output["completion"][0]["role"] == "assistant"
+            assert output["metrics"] == {"correct": output["reward"]}
+            assert output["timing"]["generation"]["duration"] > 0
+
+
+@v1_only
+def test_v1_unreachable_endpoint_is_a_recorded_provider_error(tmp_path: Path) -> None:
+    from pytest_modal_eval.client import verifiers_v1
+
+    write_qa(tmp_path / "qa.jsonl", 1)
+    env = verifiers_v1.load_environment("file-qa", {"path": "qa.jsonl"}, tmp_path)
+    finished: dict[int, list[dict[str, Any]]] = {}
+    asyncio.run(
+        verifiers_v1.run_examples(
+            env,
+            verifiers_v1.dataset_rows(env, None),
+            endpoint=Endpoint("http://127.0.0.1:9/v1", "test-model"),
+            sampling_args={},
+            rollouts=1,
+            max_concurrent_requests=1,
+            request_timeout=5,
+            max_retries=0,
+            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
+        )
+    )
+    (output,) = finished[0]
+    assert output["error"]["error"] == "ProviderError"
+    assert output["reward"] == 0.0
