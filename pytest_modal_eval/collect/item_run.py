@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.client import verifiers_adapter
-from pytest_modal_eval.collect.example_reports import PassedExampleLog
+from pytest_modal_eval.collect.example_reports import STATUS_KEY, PassedExampleLog, example_status
 from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.collect.session import EvalSession
 from pytest_modal_eval.exceptions import (
@@ -111,6 +111,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     def on_example(result: ExampleResult) -> None:
         reward = fmt(sum(result.rewards) / len(result.rewards)) if result.rewards else "error"
         progress = {
+            STATUS_KEY: example_status(result.rewards, result.error),
             "reward": reward,
             "done": f"{result.done}/{result.total}",
             "mean": fmt(result.running_mean),
