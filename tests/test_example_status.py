@@ -69,7 +69,7 @@ def test_misses_are_shown_as_missed_and_pass_the_item(project: BenchmarkProject)
     assert props["examples_partial"] == str(counts["partial"])
     assert props["examples_errored"] == "0"
     missed_ids = sorted(i for i, s in statuses.items() if s == "missed")
-    assert sorted(props["missed_examples"].split(",")) == missed_ids
+    assert sorted(str(props["missed_examples"]).split(",")) == missed_ids
 
 
 def test_quiet_output_counts_misses_in_the_last_line(project: BenchmarkProject) -> None:
