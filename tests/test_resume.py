@@ -217,7 +217,7 @@ def test_a_finished_run_does_not_contact_the_endpoint(project: BenchmarkProject)
         [
             "alpha: resumed: 4/4 examples from run *",
             f"*note: every selected example was finished in run {run_dir.name}: nothing to "
-            "evaluate, the endpoint was not contacted",
+            "evaluate, nothing was asked of the endpoint but which model it serves",
         ]
     )
     assert (run_dir / "results.jsonl").read_text() == results

@@ -7,8 +7,10 @@ suite nothing at start-up (this module pulls in verifiers, scipy and syrupy).
 from __future__ import annotations
 
 import gc
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +33,13 @@ from pytest_modal_eval.report.format import describe_comparison, describe_score,
 from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.evaluation import BenchmarkRun, ExampleResult, RunOutcome, RunRequest
+from pytest_modal_eval.runs.identity import (
+    FingerprintStore,
+    ModelIdentity,
+    hub_identity,
+    local_identity,
+    served_identity,
+)
 from pytest_modal_eval.serving.deployments import endpoint_source
 from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
 from pytest_modal_eval.stats.summary import PairedComparison, compare_paired
@@ -65,6 +74,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     snapshot: Any = item.funcargs["snapshot"]
     stored = read_stored(snapshot)
     request = ServerRequest.for_benchmark(settings, item.benchmark)
+    identity = model_identity(session, request)
     run_request = RunRequest(
         benchmark=item.benchmark,
         model=settings.model,
@@ -75,6 +85,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
         server=request.profile(),
         endpoint_identity=request.endpoint_identity,
         applies_template=None if request.backend == "endpoint" else request.applies_template,
+        identity=identity,
     )
     try:
         run = BenchmarkRun(run_request)
@@ -89,6 +100,26 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     except (EndpointError, ServerStartError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     item.stash[PREPARED_KEY] = Prepared(run, info, stored)
+
+
+def model_identity(session: EvalSession, request: ServerRequest) -> ModelIdentity:
+    """Which weights answer, found once per process and model (see ``runs.identity``): what a
+    ``--base-url`` endpoint says it serves, a local directory's content digest, or the commit
+    the Hub resolves the id (and ``vllm.revision``) to now."""
+    revision = request.vllm.get("revision")
+    memo = json.dumps([request.backend, request.model, revision, request.base_url])
+    if memo not in session.identities:
+        if request.backend == "endpoint":
+            info = endpoint_source(session.config).endpoint_for(request)
+            entry, problem = session.checker.served_model(info.endpoint, info.check_timeout)
+            found = served_identity(entry, problem)
+        elif Path(request.model).expanduser().is_dir():
+            store = FingerprintStore(getattr(session.config, "cache", None))
+            found = local_identity(Path(request.model).expanduser(), store)
+        else:
+            found = hub_identity(request.model, revision)
+        session.identities[memo] = found
+    return session.identities[memo]
 
 
 def release(item: BenchmarkItem) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from pytest_modal_eval.config.options import Settings
+from pytest_modal_eval.runs.identity import ModelIdentity
 from pytest_modal_eval.serving.endpoint_check import EndpointChecker
 
 
@@ -17,6 +18,9 @@ class EvalSession:
     config: pytest.Config
     settings: Settings
     checker: EndpointChecker = field(default_factory=EndpointChecker)
+    # Model identities found this session (runs.identity), by what they depend on: the Hub is
+    # asked and a directory hashed once per process, not once per benchmark.
+    identities: dict[str, ModelIdentity] = field(default_factory=dict)
 
 
 SESSION_KEY = pytest.StashKey[EvalSession]()

@@ -48,6 +48,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "right_when_seed_even": False,  # right answer exactly when the request's seed is even
     "salt_per_rollout": False,
     "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
+    "root": None,  # what /v1/models reports as the served model's root (vLLM: the path loaded)
 }
 
 
@@ -81,9 +82,15 @@ class FakeModel:
         self.stats["models_requests"] += 1
         if (refused := self.unauthorized(request)) is not None:
             return refused
-        return web.json_response(
-            {"object": "list", "data": [{"id": self.settings["model"], "object": "model"}]}
-        )
+        entry = {
+            "id": self.settings["model"],
+            "object": "model",
+            # vLLM sets "created" anew in every response.
+            "created": int(time.time() * 1000) + self.stats["models_requests"],
+        }
+        if self.settings["root"] is not None:
+            entry["root"] = self.settings["root"]
+        return web.json_response({"object": "list", "data": [entry]})
 
     async def chat(self, request: web.Request) -> web.Response:
         if (refused := self.unauthorized(request)) is not None:
