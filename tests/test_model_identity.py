@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.runs.identity import FingerprintStore, hub_identity, local_identity
-from tests.conftest import REPO, BenchmarkProject
+from tests.conftest import REPO, BenchmarkProject, start_fake_server
 from tests.support.hub_server import FakeHub
 from tests.support.vllm_check import FAKE_VLLM_ROOT
 from tests.test_deployments import LocalRuns
@@ -227,3 +227,25 @@ def test_base_url_is_keyed_on_what_models_says_it_serves(project: BenchmarkProje
         ["alpha: note: the model changed since run *: root /ckpt/step-100 -> /ckpt/step-200;*"]
     )
     assert len(project.run_dirs("alpha")) == 2
+
+
+def test_endpoint_that_cannot_say_what_it_serves_reuses_a_finished_run_with_a_note(
+    project: BenchmarkProject,
+) -> None:
+    own = start_fake_server()
+    try:
+        project.server = own  # a server of this test's own, to be stopped
+        project.add("alpha", n=3)
+        own.configure(root="/ckpt/a")
+        project.run().assert_outcomes(passed=1)
+    finally:
+        own.stop()
+    down = project.run()
+    down.assert_outcomes(passed=1)
+    down.stdout.fnmatch_lines(
+        [
+            "*nothing to evaluate*; the weights could NOT be checked (the endpoint could not "
+            "say which model it serves (endpoint * is unreachable*made with weights id "
+            "test-model, root /ckpt/a*"
+        ]
+    )
