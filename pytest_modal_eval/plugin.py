@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval import fixtures
-from pytest_modal_eval.collect.example_reports import PassedExampleReports
+from pytest_modal_eval.collect.example_reports import ExampleStatusWords, PassedExampleReports
 from pytest_modal_eval.collect.item_run import BenchmarkRunner
 from pytest_modal_eval.collect.items import RUNNER_KEY, BenchmarkFile, is_benchmark_file
 from pytest_modal_eval.collect.server_plan import PLAN_KEY, ServerPlan
@@ -52,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
     config.stash[RUNNER_KEY] = BenchmarkRunner(config.stash[SESSION_KEY])
     config.pluginmanager.register(PassedExampleReports(config), "modal_eval_passed_reports")
+    config.pluginmanager.register(ExampleStatusWords(), "modal_eval_example_status")
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
     config.stash[PLAN_KEY] = ServerPlan(config, settings)
     config.pluginmanager.register(config.stash[PLAN_KEY], "modal_eval_server_plan")

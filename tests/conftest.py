@@ -179,6 +179,9 @@ def project(
     # Keep the user's environment out of the runs under test.
     for var in ("MODAL_EVAL_OUTPUT_DIR", "MODAL_EVAL_VLLM_PYTHON", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
+    # No run under test asks the real Hub which commit a model is: a closed local port answers
+    # at once (tests that need a Hub point HF_ENDPOINT at tests/support/hub_server.py).
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     # When this suite itself runs under xdist, inner runs must not look like xdist workers
     # (syrupy, for one, then prints no snapshot summary).
     # Nor may they see CI's variables: pytest then prints whole messages in the short summary

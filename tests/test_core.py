@@ -58,7 +58,7 @@ def test_passing_gate_reports_subtests_and_summary(project: BenchmarkProject) ->
     assert subtest_counts(result) == {"passed": 12}
     result.stdout.fnmatch_lines(
         [
-            "*SUBPASSED*example *reward='1.000'*done='1/12'*",
+            "*SOLVED [[]example *[]] (reward='1.000', done='1/12'*",
             "*evaluation summary*",
             "alpha*test-model*1.000 ± 0.000*PASS*",
         ]
@@ -254,11 +254,11 @@ def test_errored_examples_fail_the_gate_by_default(project: BenchmarkProject) ->
     result.stdout.fnmatch_lines(["FAILED evals/alpha.yaml::alpha - alpha: gate failed"])
     out = result.stdout.str()
     # Each errored example is its own failed subtest (counted as failed), plus the item.
-    errored = len([line for line in result.stdout.lines if line.startswith("SUBFAILED[example")])
+    errored = len([line for line in result.stdout.lines if line.startswith("ERRORED [example")])
     assert errored > 0
     assert result.parseoutcomes()["failed"] == errored + 1
     assert f"{errored} of 30 examples could not be evaluated" in out
-    assert "SUBFAIL" in out and "could not be evaluated" in out
+    assert "ERRORED [example" in out and "could not be evaluated" in out
     assert "gate.max_error_rate 0.0%" in out
 
 
@@ -270,7 +270,7 @@ def test_error_rate_within_the_gate_passes(project: BenchmarkProject) -> None:
     assert skipped > 0
     result.assert_outcomes(passed=1, skipped=skipped)
     assert subtest_counts(result)["passed"] + skipped == 30
-    result.stdout.fnmatch_lines(["*SKIPPED*example*could not be evaluated*gate.max_error_rate*"])
+    result.stdout.fnmatch_lines(["*ERRORED*example*could not be evaluated*gate.max_error_rate*"])
 
 
 def test_output_files_and_fields(

@@ -201,7 +201,7 @@ def test_torn_checkpoint_line_resumes_with_a_warning(project: BenchmarkProject) 
     assert len(read_jsonl(run_dir / "results.jsonl")) == 12
 
 
-def test_a_finished_run_does_not_contact_the_endpoint(project: BenchmarkProject) -> None:
+def test_a_finished_run_asks_the_endpoint_only_what_it_serves(project: BenchmarkProject) -> None:
     project.add("alpha", n=6)
     first = project.run("--override", "eval.num_examples=4")
     first.assert_outcomes(passed=1)
@@ -210,14 +210,15 @@ def test_a_finished_run_does_not_contact_the_endpoint(project: BenchmarkProject)
     project.server.configure(reset_stats=True, accuracy=0.0)
     again = project.run("--override", "eval.num_examples=4")
     again.assert_outcomes(passed=1)
-    # Not even the endpoint check: the finished run is reported from its checkpoint.
+    # Only GET /models (which model answers is part of the key): the finished run is reported
+    # from its checkpoint.
     stats = project.server.stats()
-    assert (stats.get("models_requests", 0), stats.get("chat_requests", 0)) == (0, 0), stats
+    assert (stats.get("models_requests", 0), stats.get("chat_requests", 0)) == (1, 0), stats
     again.stdout.fnmatch_lines(
         [
             "alpha: resumed: 4/4 examples from run *",
             f"*note: every selected example was finished in run {run_dir.name}: nothing to "
-            "evaluate, the endpoint was not contacted",
+            "evaluate, nothing was asked of the endpoint but which model it serves",
         ]
     )
     assert (run_dir / "results.jsonl").read_text() == results
@@ -226,7 +227,7 @@ def test_a_finished_run_does_not_contact_the_endpoint(project: BenchmarkProject)
     more = project.run()
     more.assert_outcomes(passed=1)
     stats = project.server.stats()
-    assert (stats["models_requests"], stats["chat_requests"]) == (1, 2)
+    assert (stats["models_requests"], stats["chat_requests"]) == (2, 2)
     assert "nothing to evaluate" not in more.stdout.str()
     assert project.run_dirs("alpha") == [run_dir]
 

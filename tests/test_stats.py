@@ -50,8 +50,25 @@ def test_summarize_fixed_data_matches_statsmodels() -> None:
     ref = DescrStatsW(_means(data))
     assert s.mean == pytest.approx(0.5)
     assert s.stderr == pytest.approx(ref.std_mean)
-    assert (s.ci_low, s.ci_high) == pytest.approx(ref.tconfint_mean(alpha=0.05))
+    assert 0.0 <= s.ci_low < s.mean < s.ci_high <= 1.0
     assert (s.n_examples, s.n_rollouts, s.rollouts_per_example) == (4, 12, 3)
+
+
+def test_two_rollouts_of_pass_fail_rewards_stay_within_0_and_1() -> None:
+    # One solved rollout among 20: a t interval reached below 0 here ([-0.055, 0.155]).
+    data = {str(i): [1.0 if i == 0 else 0.0, 0.0] for i in range(10)}
+    s = summarize(data)
+    assert 0.0 <= s.ci_low < s.mean < s.ci_high <= 1.0
+    assert s.interval == "clustered-wilson" and s.reward_range == (0.0, 1.0)
+
+
+def test_rewards_of_unknown_range_get_a_t_interval_within_the_observed_rewards() -> None:
+    data = {str(i): [float(i), float(i) + 0.5] for i in range(3)} | {"3": [9.0, 9.0]}
+    s = summarize(data)
+    low, high = DescrStatsW(_means(data)).tconfint_mean(alpha=0.05)
+    assert low < 0.0  # the plain t interval leaves the rewards seen
+    assert (s.ci_low, s.ci_high) == pytest.approx((0.0, min(high, 9.0)))
+    assert s.interval == "t-clipped" and s.reward_range == (0.0, 9.0)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -75,10 +92,10 @@ def test_summarize_random_matches_cluster_robust_ols(seed: int) -> None:
         successes = int(sum(v[0] for v in data.values()))
         expected = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
         assert s.interval == "wilson"
+        assert (s.ci_low, s.ci_high) == pytest.approx(expected)
     else:
-        expected = DescrStatsW(_means(data)).tconfint_mean(alpha=1 - confidence)
-        assert s.interval == "t"
-    assert (s.ci_low, s.ci_high) == pytest.approx(expected)
+        assert s.interval == "clustered-wilson"
+        assert 0.0 <= s.ci_low <= s.mean <= s.ci_high <= 1.0
     assert (s.n_examples, s.n_rollouts, s.rollouts_per_example) == (n, n * r, r)
 
 
@@ -139,10 +156,14 @@ def test_summarize_non_finite_reward_is_an_error(rewards: list[float]) -> None:
 def test_summarize_single_example_has_undefined_spread_as_json_null() -> None:
     s = summarize({"only": [1.0, 0.0]})
     assert s.mean == 0.5
-    assert all(math.isnan(x) for x in (s.stderr, s.ci_low, s.ci_high))
+    assert math.isnan(s.stderr)
+    # One example: the widest spread [0, 1] rewards allow, i.e. Wilson's interval for n = 1.
+    assert (s.ci_low, s.ci_high) == pytest.approx(proportion_confint(0.5, 1, method="wilson"))
     d = s.to_dict()
-    assert d["stderr"] is None and d["ci_low"] is None and d["ci_high"] is None
+    assert d["stderr"] is None and d["reward_range"] == [0.0, 1.0]
     json.dumps(d, allow_nan=False)
+    unbounded = summarize({"only": [3.0, 5.0]}).to_dict()
+    assert unbounded["ci_low"] is None and unbounded["ci_high"] is None
 
 
 def test_summarize_all_equal_rewards_has_zero_width_interval() -> None:
@@ -152,14 +173,19 @@ def test_summarize_all_equal_rewards_has_zero_width_interval() -> None:
     assert s.stderr == pytest.approx(sps.sem(np.full(10, 0.7)))
 
 
-def test_summarize_bounds_clip_only_when_given() -> None:
-    data = {str(i): [1.0, 1.0] for i in range(19)} | {"19": [0.0, 0.0]}
-    unclipped = summarize(data)
-    assert unclipped.ci_high > 1.0  # a t interval ignores the reward scale
-    clipped = summarize(data, bounds=(0.0, 1.0))
-    assert (clipped.ci_low, clipped.ci_high) == (unclipped.ci_low, 1.0)
+def test_summarize_bounds_declare_the_range_the_interval_lies_within() -> None:
+    data = {str(i): [4.0, 5.0] for i in range(19)} | {"19": [0.0, 0.0]}
+    assert summarize(data).interval == "t-clipped"
+    declared = summarize(data, bounds=(0.0, 5.0))
+    rescaled = summarize({k: [x / 5 for x in v] for k, v in data.items()})
+    assert declared.interval == "clustered-wilson" and declared.reward_range == (0.0, 5.0)
+    assert (declared.ci_low, declared.ci_high) == pytest.approx(
+        (5 * rescaled.ci_low, 5 * rescaled.ci_high)
+    )
     with pytest.raises(ValueError, match="bounds"):
         summarize(data, bounds=(1.0, 0.0))
+    with pytest.raises(ValueError, match="outside bounds"):
+        summarize(data, bounds=(0.0, 1.0))
 
 
 def test_summarize_rejects_bad_confidence() -> None:

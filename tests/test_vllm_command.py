@@ -39,6 +39,7 @@ def test_defaults_are_spelled_out() -> None:
 
 def test_every_setting_reaches_the_command_line() -> None:
     p = profile(
+        revision="v1.0",
         max_model_len=4096,
         gpu_memory_utilization=0.5,
         tensor_parallel_size=2,
@@ -62,6 +63,7 @@ def test_every_setting_reaches_the_command_line() -> None:
         "--tensor-parallel-size", "2",
         "--data-parallel-size", "4",
         "--no-enable-prefix-caching",
+        "--revision", "v1.0",
         "--max-model-len", "4096",
         "--trust-remote-code",
         "--enforce-eager",

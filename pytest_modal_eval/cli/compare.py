@@ -16,6 +16,8 @@ from typing import Any
 
 import click
 
+from pytest_modal_eval.runs.resume import comparable_fields
+
 EXIT_DROP = 1
 EXIT_UNUSABLE = 2
 
@@ -139,9 +141,9 @@ class StoredRun:
         return run
 
     def differences(self, other: StoredRun) -> list[str]:
-        """Answer-changing settings that differ, other than the model and its endpoint."""
-        keys = (set(self.answer_fields) | set(other.answer_fields)) - {"model", "endpoint"}
-        return sorted(k for k in keys if self.answer_fields.get(k) != other.answer_fields.get(k))
+        """Answer-changing settings that differ, other than the model's identity."""
+        mine, theirs = comparable_fields(self.answer_fields), comparable_fields(other.answer_fields)
+        return sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
 
 
 def _json(path: Path) -> dict[str, Any]:

@@ -9,6 +9,11 @@ capture: from one template report of the item, through pytest's public report
 logs it. The report is the same object type with the same fields (``SubtestReport``, message,
 keyword values), so terminal lines, ``-v`` output, JUnit XML and xdist see no difference.
 Errored examples still go through ``subtests.test()`` (they fail or skip with a reason).
+
+Each example's report carries its status (:func:`example_status`) as the ``status`` keyword;
+:class:`ExampleStatusWords` turns it into the word ``-v`` prints: SOLVED, PARTIAL, MISSED or
+ERRORED. A missed example's report still has the outcome ``passed`` -- a miss is a measurement,
+and only the gate fails the item -- but it is counted apart, as ``subtests missed``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,64 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+SOLVED, PARTIAL, MISSED, ERRORED = "solved", "partial", "missed", "errored"
+STATUS_KEY = "status"  # the subtest keyword that carries it
+
+#: The terminal category (counted in the last line) of each status whose report passed.
+_CATEGORIES = {SOLVED: "subtests passed", PARTIAL: "subtests passed", MISSED: "subtests missed"}
+_MARKUP = {SOLVED: "green", PARTIAL: "cyan", MISSED: "yellow", ERRORED: "red"}
+
+
+def example_status(rewards: list[float], error: str | None) -> str:
+    """errored: it could not be evaluated; missed: no rollout earned any reward (every reward
+    <= 0); solved: every rollout earned the full reward (>= 1); partial: anything between."""
+    if error is not None or not rewards:
+        return ERRORED
+    if max(rewards) <= 0.0:
+        return MISSED
+    if min(rewards) >= 1.0:
+        return SOLVED
+    return PARTIAL
+
+
+class ExampleStatusWords:
+    """Shows each example subtest by its status: ``SOLVED``/``PARTIAL``/``MISSED``/``ERRORED``.
+
+    Registered on every process; the hook runs where reports are shown (the controller under
+    xdist). Only the plugin's example subtests (an ``eval`` item's, with a ``status`` keyword)
+    are touched; pytest's own implementation answers for everything else.
+    """
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport, config: pytest.Config
+    ) -> tuple[str, str, str | tuple[str, dict[str, bool]]] | None:
+        """Runs wherever a report is shown, before pytest's subtests plugin answers."""
+        context = getattr(report, "context", None)
+        kwargs = getattr(context, "kwargs", None)
+        if report.when != "call" or not isinstance(kwargs, dict) or "eval" not in report.keywords:
+            return None
+        # Keyword values arrive as their repr (subtests.test() stores them so for xdist).
+        status = str(kwargs.get(STATUS_KEY, "")).strip("'\"")
+        if status not in _MARKUP:
+            return None
+        if report.failed or report.skipped:
+            status = ERRORED
+        # Failed and skipped (errored) examples keep the categories pytest gives them.
+        category = _CATEGORIES[status] if report.passed else report.outcome
+        letter = "-" if report.skipped else "m" if status == MISSED else "u"
+        if config.get_verbosity(pytest.Config.VERBOSITY_SUBTESTS) == 0 and not report.failed:
+            # Quiet: nothing per example, as pytest does for passed subtests; misses are still
+            # counted in the last line.
+            return (category, "", "") if status == MISSED else ("", "", "")
+        msg = getattr(context, "msg", None)
+        parts = [f"[{msg}]"] if msg is not None else []
+        shown = {k: v for k, v in kwargs.items() if k != STATUS_KEY}
+        if shown:
+            parts.append("(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")")
+        word = f"{status.upper()} {' '.join(parts)}".rstrip()
+        return category, letter, (word, {_MARKUP[status]: True})
 
 
 class PassedExampleLog:

@@ -7,14 +7,16 @@ suite nothing at start-up (this module pulls in verifiers, scipy and syrupy).
 from __future__ import annotations
 
 import gc
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_modal_eval.client import verifiers_adapter
-from pytest_modal_eval.collect.example_reports import PassedExampleLog
+from pytest_modal_eval.collect.example_reports import STATUS_KEY, PassedExampleLog, example_status
 from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.collect.session import EvalSession
 from pytest_modal_eval.exceptions import (
@@ -40,6 +42,13 @@ from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
 from pytest_modal_eval.report.progress import example_fields
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.evaluation import BenchmarkRun, ExampleResult, RunOutcome, RunRequest
+from pytest_modal_eval.runs.identity import (
+    FingerprintStore,
+    ModelIdentity,
+    hub_identity,
+    local_identity,
+    served_identity,
+)
 from pytest_modal_eval.serving.deployments import endpoint_source
 from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
 from pytest_modal_eval.stats.summary import PairedComparison, compare_paired
@@ -74,6 +83,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     snapshot: Any = item.funcargs["snapshot"]
     stored = read_stored(snapshot)
     request = ServerRequest.for_benchmark(settings, item.benchmark, item.model)
+    identity = model_identity(session, request)
     run_request = RunRequest(
         benchmark=item.benchmark,
         model=item.model,
@@ -85,6 +95,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
         endpoint_identity=request.endpoint_identity,
         applies_template=None if request.backend == "endpoint" else request.applies_template,
         gpu_prices=dict(settings.gpu_prices),
+        identity=identity,
     )
     try:
         run = BenchmarkRun(run_request)
@@ -99,6 +110,26 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     except (EndpointError, ServerStartError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     item.stash[PREPARED_KEY] = Prepared(run, info, stored)
+
+
+def model_identity(session: EvalSession, request: ServerRequest) -> ModelIdentity:
+    """Which weights answer, found once per process and model (see ``runs.identity``): what a
+    ``--base-url`` endpoint says it serves, a local directory's content digest, or the commit
+    the Hub resolves the id (and ``vllm.revision``) to now."""
+    revision = request.vllm.get("revision")
+    memo = json.dumps([request.backend, request.model, revision, request.base_url])
+    if memo not in session.identities:
+        if request.backend == "endpoint":
+            info = endpoint_source(session.config).endpoint_for(request)
+            entry, problem = session.checker.served_model(info.endpoint, info.check_timeout)
+            found = served_identity(entry, problem)
+        elif Path(request.model).expanduser().is_dir():
+            store = FingerprintStore(getattr(session.config, "cache", None))
+            found = local_identity(Path(request.model).expanduser(), store)
+        else:
+            found = hub_identity(request.model, revision)
+        session.identities[memo] = found
+    return session.identities[memo]
 
 
 def release(session: EvalSession, item: BenchmarkItem) -> None:
@@ -135,6 +166,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
 
     def on_example(result: ExampleResult) -> None:
         progress = example_fields(result)  # also what the live progress lines read
+        progress[STATUS_KEY] = example_status(result.rewards, result.error)
         msg = f"example {result.example_id}"
         if result.error is None:
             passed_examples.log(msg, **progress)

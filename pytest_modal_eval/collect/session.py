@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_modal_eval.config.options import Settings
+from pytest_modal_eval.runs.identity import ModelIdentity
 from pytest_modal_eval.serving.endpoint_check import EndpointChecker
 
 
@@ -21,6 +22,9 @@ class EvalSession:
     # Where the reference model's items leave their results for the other models' items (see
     # judge/reference.py); shared by the controller and its xdist workers, created on first use.
     references_dir: Path | None = None
+    # Model identities found this session (runs.identity), by what they depend on: the Hub is
+    # asked and a directory hashed once per process, not once per benchmark.
+    identities: dict[str, ModelIdentity] = field(default_factory=dict)
 
 
 SESSION_KEY = pytest.StashKey[EvalSession]()

@@ -89,6 +89,12 @@ class VllmConfig(BaseModel):
     model_config = _STRICT
 
     max_model_len: int | None = Field(None, gt=0, description="context length; null = model's")
+    revision: str | None = Field(
+        None,
+        min_length=1,
+        description="Hub revision of the model (branch, tag or commit), passed to vLLM as "
+        "--revision; null = the Hub's main branch as it is when the run starts",
+    )
     gpu_memory_utilization: float = Field(
         0.90, gt=0, le=1, description="share of GPU memory vLLM may use (--gpu-memory-utilization)"
     )

@@ -34,14 +34,13 @@ def ci_label(confidence: float) -> str:
 
 
 def describe_score(outcome: RunOutcome) -> str:
-    """``0.712 ± 0.021 (95% CI [0.671, 0.753])``."""
+    """``0.712 ± 0.021 (95% CI [0.671, 0.753], clustered-wilson)``."""
     s = outcome.summary
     if s is None:
         return "no example evaluated"
-    method = ", Wilson" if s.interval == "wilson" else ""
     return (
         f"{fmt(s.mean)} ± {fmt(s.stderr)} "
-        f"({ci_label(s.confidence)} [{fmt(s.ci_low)}, {fmt(s.ci_high)}]{method})"
+        f"({ci_label(s.confidence)} [{fmt(s.ci_low)}, {fmt(s.ci_high)}], {s.interval})"
     )
 
 

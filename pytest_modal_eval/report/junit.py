@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def record_properties(
         ("run_id", outcome.run_id),
         ("resumed_examples", outcome.resumed_examples),
         ("reused_answers", outcome.reused_answers),
+        *example_statuses(outcome),
     ]
     serving = outcome.serving or {}
     for name in ("server_startup_s", "server_s", "gpu", "gpu_hours", "est_cost_usd"):
@@ -88,6 +90,39 @@ def record_properties(
     for warning in verdict.warnings:
         props.append((f"{PROPERTY_PREFIX}warning", warning))
     item.user_properties.extend(props)
+
+
+#: How many missed example ids the ``missed_examples`` property lists before "and N more".
+MISSED_IDS_SHOWN = 100
+
+
+def example_statuses(outcome: RunOutcome) -> list[tuple[str, int | str]]:
+    """How many examples were solved, partial, missed and errored, and which were missed.
+
+    pytest's JUnit XML has one ``testcase`` per item: subtest reports of passed examples add no
+    element of their own, so the statuses ``-v`` shows per example are summed up here, as
+    properties of the benchmark's testcase. A miss is no ``failure`` or ``skipped`` element: it
+    is a measurement, and only the gate's verdict fails the testcase.
+    """
+    rewards = outcome.per_example_rewards
+    if len(rewards):
+        missed = rewards.rewards.max(axis=1) <= 0.0
+        solved = rewards.rewards.min(axis=1) >= 1.0
+        missed_ids = [str(i) for i in rewards.ids[missed][: MISSED_IDS_SHOWN + 1].tolist()]
+    else:
+        missed = solved = np.zeros(0, dtype=bool)
+        missed_ids = []
+    n_missed, n_solved = int(missed.sum()), int(solved.sum())
+    shown = ",".join(missed_ids[:MISSED_IDS_SHOWN])
+    if n_missed > MISSED_IDS_SHOWN:
+        shown += f" and {n_missed - MISSED_IDS_SHOWN} more"
+    return [
+        ("examples_solved", n_solved),
+        ("examples_partial", len(rewards) - n_solved - n_missed),
+        ("examples_missed", n_missed),
+        ("examples_errored", len(outcome.errored)),
+        ("missed_examples", shown),
+    ]
 
 
 def _num(value: float) -> float | str:

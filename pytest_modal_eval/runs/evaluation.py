@@ -23,6 +23,7 @@ from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COL
 from pytest_modal_eval.config.loader import Benchmark
 from pytest_modal_eval.config.schema import BenchmarkConfig
 from pytest_modal_eval.runs import heap
+from pytest_modal_eval.runs.identity import ModelIdentity, describe_change, describe_weights
 from pytest_modal_eval.runs.paths import RunPaths, benchmark_dir
 from pytest_modal_eval.runs.record import rollout_record
 from pytest_modal_eval.runs.resume import (
@@ -30,6 +31,7 @@ from pytest_modal_eval.runs.resume import (
     RunIndex,
     answer_fields,
     canonical_hash,
+    comparable_fields,
     differing_fields,
     fingerprint_rows,
 )
@@ -103,6 +105,8 @@ class RunRequest:
     applies_template: Callable[[Any], bool] | None = None
     # ini overrides of the Modal GPU price table (USD per GPU-hour), for the cost estimate.
     gpu_prices: dict[str, float] = field(default_factory=dict)
+    # Which weights answer (runs.identity); None: not asked, the key says nothing of them.
+    identity: ModelIdentity | None = None
 
 
 @dataclass(frozen=True)
@@ -201,18 +205,34 @@ class BenchmarkRun:
             chat_template=chat_template,
             vllm=config.vllm.model_dump(),
             endpoint_identity=self.request.endpoint_identity,
+            weights=self.request.identity.key if self.request.identity else None,
         )
+
+    @property
+    def unchecked(self) -> str | None:
+        """Why the weights could not be checked, when they could not."""
+        return self.request.identity.unchecked if self.request.identity else None
 
     def finished_without_server(self) -> PriorRun | None:
         """The run this one continues if it has every selected example finished, found
-        without a server; then :meth:`run` needs no endpoint."""
+        without a server; then :meth:`run` needs no endpoint.
+
+        When the weights could not be checked, the newest finished run that matches in all
+        else is reused, and the outcome's note says its weights were not checked.
+        """
         if self.request.fresh:
             return None
         config = self.request.benchmark.config
-        if self.request.applies_template is None:
+        applies = self.request.applies_template
+        ignore = frozenset(
+            (["chat_template"] if applies is not None else [])
+            + (["weights"] if self.unchecked else [])
+        )
+        if not ignore:
             prior = self.index.find(canonical_hash(self.answer_fields(config.chat_template)))
         else:
-            prior = self.index.newest_alike(self.answer_fields(None), self.request.applies_template)
+            template = None if applies is not None else config.chat_template
+            prior = self.index.newest_alike(self.answer_fields(template), ignore, applies)
         if prior is None:
             return None
         state = self._state_of(prior.run_dir)
@@ -382,7 +402,7 @@ class BenchmarkRun:
             outcome.serving = used.to_json(request.gpu_prices)
         outcome.answer_hash = answer_hash
         # A baseline is compared across models, so its key leaves out who answered.
-        outcome.baseline_hash = canonical_hash({**fields, "model": None, "endpoint": None})
+        outcome.baseline_hash = canonical_hash(comparable_fields(fields))
         write_results(checkpoint, RunPaths(run_dir).results, selected_ids, rollouts)
         write_json_atomic(RunPaths(run_dir).metadata, _metadata(request, outcome, self.sampling))
         if info is not None:
@@ -399,26 +419,34 @@ class BenchmarkRun:
             prior = self._finished
             state = self._state_of(prior.run_dir)
             skipped = (
-                "the endpoint was not contacted"
+                "nothing was asked of the endpoint but which model it serves"
                 if request.applies_template is None
                 else "no server was started"
             )
+            note = (
+                f"every selected example was finished in run {prior.run_id}: "
+                f"nothing to evaluate, {skipped}"
+            )
+            if self.unchecked:
+                made = describe_weights(prior.fields.get("weights"))
+                note += (
+                    f"; the weights could NOT be checked ({self.unchecked}), so these are the "
+                    f"numbers of run {prior.run_id}, made with weights {made}"
+                )
             return _ChosenRun(
                 prior.run_id, prior.run_dir, prior.fields, canonical_hash(prior.fields), state,
-                serving_note=f"every selected example was finished in run {prior.run_id}: "
-                f"nothing to evaluate, {skipped}",
+                serving_note=note,
             )  # fmt: skip
         fields = self.answer_fields(info.chat_template or config.chat_template)
         answer_hash = canonical_hash(fields)
         found = None if request.fresh else self.index.find(answer_hash)
+        if found is None and not request.fresh:
+            note = self._new_run_note(fields, answer_hash)
+        elif found is not None and self.unchecked:
+            note = (
+                f"the weights could not be checked ({self.unchecked}); run {found.run_id} goes on"
+            )
         if found is None:
-            other = self.index.latest_incomplete(exclude=answer_hash)
-            if other is not None and not request.fresh:
-                changed = ", ".join(differing_fields(other.fields, fields)) or "unknown fields"
-                note = (
-                    f"an earlier incomplete run {other.run_id} exists with a different "
-                    f"configuration ({changed} differ); starting a new run"
-                )
             run_id = new_run_id()
             run_dir = self.benchmark_dir / run_id
         else:
@@ -435,6 +463,32 @@ class BenchmarkRun:
         state = self._state_of(run_dir)
         self._last_read = None  # the run owns it now
         return _ChosenRun(run_id, run_dir, fields, answer_hash, state, new_run_note=note)
+
+    def _new_run_note(self, fields: dict[str, Any], answer_hash: str) -> str | None:
+        """One line on why a new run starts, when an earlier run of this item exists: the
+        weights changed (or could not be checked), or its configuration differs."""
+        newest = self.index.newest(exclude=answer_hash)
+        if newest is not None:
+            changed = differing_fields(newest.fields, fields)
+            if any(name == "weights" or name.startswith("weights.") for name in changed):
+                old, new = newest.fields.get("weights"), fields.get("weights")
+                if new is None:
+                    what = f"the weights could not be checked ({self.unchecked})"
+                else:
+                    what = f"the model changed since run {newest.run_id}: " + describe_change(
+                        old, new
+                    )
+                others = [n for n in changed if n != "weights" and not n.startswith("weights.")]
+                also = f"; {', '.join(others)} differ too" if others else ""
+                return f"{what}{also}; starting a new run"
+        other = self.index.latest_incomplete(exclude=answer_hash)
+        if other is None:
+            return None
+        changed_text = ", ".join(differing_fields(other.fields, fields)) or "unknown fields"
+        return (
+            f"an earlier incomplete run {other.run_id} exists with a different "
+            f"configuration ({changed_text} differ); starting a new run"
+        )
 
     def _record(
         self, answer_hash: str, run_dir: Path, run_id: str, fields: dict[str, Any], complete: bool
@@ -625,6 +679,11 @@ def _run_config(
         "config": config.model_dump(mode="json"),
         "answer_hash": answer_hash,
         "answer_fields": fields,
+        "model_identity": (
+            {**request.identity.record, "unchecked": request.identity.unchecked}
+            if request.identity is not None
+            else None
+        ),
         "started_at": datetime.now(UTC).isoformat(),
         "checkpoint_dir": str(run_dir),
         "versions": _versions(),

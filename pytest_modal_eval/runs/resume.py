@@ -34,14 +34,19 @@ def answer_fields(
     chat_template: dict[str, str] | str | None,
     vllm: dict[str, Any],
     endpoint_identity: str | None,
+    weights: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything that can change an answer, and nothing that cannot (GPU, timeouts, concurrency).
 
     ``num_examples`` is deliberately absent: examples are keyed by id, so a run over the
     first 100 examples is continued, not repeated, by a later run over all of them.
+    ``weights`` is the identity of what answers beyond its name (``runs.identity``): the
+    content digest of a local directory, the Hub commit, or what a ``--base-url`` endpoint says
+    it serves; None when it could not be checked.
     """
     fields = {
         "model": model,
+        "weights": weights,
         "endpoint": endpoint_identity,
         "env_id": env_id,
         "env_args": env_args,
@@ -49,12 +54,25 @@ def answer_fields(
         "sampling": sampling,
         "rollouts": rollouts,
         "chat_template": chat_template,
-        "vllm": {k: vllm.get(k) for k in ("max_model_len", "dtype", "extra_args")},
+        "vllm": {k: vllm.get(k) for k in ("revision", "max_model_len", "dtype", "extra_args")},
     }
     if rollouts > 1 and sampling.get("seed") is not None:
         # Runs made when every rollout sent the same seed are not continued with distinct ones.
         fields["rollout_seeds"] = "seed + rollout index"
     return fields
+
+
+def comparable_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """The answer key without the identity of the model (its name, weights, Hub revision and
+    endpoint): what two runs compared with each other (a baseline, another model) must share."""
+    vllm = fields.get("vllm")
+    return {
+        **fields,
+        "model": None,
+        "endpoint": None,
+        "weights": None,
+        "vllm": {**vllm, "revision": None} if isinstance(vllm, dict) else vllm,
+    }
 
 
 def canonical_hash(value: Any, length: int = 16) -> str:
@@ -134,28 +152,43 @@ class RunIndex:
         return _prior(entry)
 
     def newest_alike(
-        self, fields: dict[str, Any], same_template: Callable[[Any], bool]
+        self,
+        fields: dict[str, Any],
+        ignore: frozenset[str],
+        same_template: Callable[[Any], bool] | None = None,
     ) -> PriorRun | None:
-        """The newest run whose answer fields equal ``fields`` but for the chat template, and
-        whose recorded template passes ``same_template``.
+        """The newest run whose answer fields equal ``fields`` but for those in ``ignore``,
+        and whose recorded chat template passes ``same_template`` (when given).
 
-        The chat template is the one part of the key that a started server decides (vLLM on
-        Modal reads it from the model it downloads), so this finds, without a server, the run
-        a server started now would continue. Only the newest such run counts: an older one
-        may have been made under a template since replaced.
+        Two parts of the key may be unknown before a server starts: the chat template, which
+        a started server decides (vLLM on Modal reads it from the model it downloads), and the
+        weights, when the Hub or the endpoint could not be asked. This finds, without them, the
+        run a server started now would continue. Only the newest such run counts: an older one
+        may have been made under a template or weights since replaced.
         """
-        wanted = _without_template(fields)
+        wanted = _without(fields, ignore)
         found = [
             entry
             for entry in self._entries().values()
-            if _without_template(entry.get("fields", {})) == wanted
-            and same_template(entry.get("fields", {}).get("chat_template"))
+            if _without(entry.get("fields", {}), ignore) == wanted
+            and (same_template is None or same_template(entry["fields"].get("chat_template")))
             and Path(entry["run_dir"]).is_dir()
         ]
         if not found:
             return None
         entry = max(found, key=lambda entry: entry.get("updated", 0))
         return _prior(entry)
+
+    def newest(self, exclude: str) -> PriorRun | None:
+        """The most recently updated run but the one keyed ``exclude``."""
+        candidates = [
+            entry
+            for h, entry in self._entries().items()
+            if h != exclude and Path(entry["run_dir"]).is_dir()
+        ]
+        if not candidates:
+            return None
+        return _prior(max(candidates, key=lambda entry: entry.get("updated", 0)))
 
     def latest_incomplete(self, exclude: str) -> PriorRun | None:
         candidates = [
@@ -183,8 +216,8 @@ class RunIndex:
         self.cache.set(self.key, {"runs": entries})
 
 
-def _without_template(fields: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in fields.items() if key != "chat_template"}
+def _without(fields: dict[str, Any], ignore: frozenset[str]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if key not in ignore}
 
 
 def _prior(entry: dict[str, Any]) -> PriorRun:

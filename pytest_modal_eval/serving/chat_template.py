@@ -154,7 +154,9 @@ def _fallback_provenance(fallback: FallbackTemplate) -> dict[str, str]:
     return {"source": f"fallback:{fallback.label}", "sha256": sha256_text(fallback.text)}
 
 
-def template_files_dir(model: str, *, cached_only: bool = False) -> Path | None:
+def template_files_dir(
+    model: str, *, cached_only: bool = False, revision: str | None = None
+) -> Path | None:
     """A directory holding the model's template files, or None when they cannot be fetched.
 
     A local directory is used as is. For a Hub id only the template files are downloaded (into
@@ -169,7 +171,10 @@ def template_files_dir(model: str, *, cached_only: bool = False) -> Path | None:
 
         return Path(
             snapshot_download(
-                model, allow_patterns=list(MODEL_TEMPLATE_FILES), local_files_only=cached_only
+                model,
+                revision=revision,
+                allow_patterns=list(MODEL_TEMPLATE_FILES),
+                local_files_only=cached_only,
             )
         )
     except Exception:  # any hub failure (offline, gated, missing) means "cannot know"
@@ -183,6 +188,7 @@ def decided_now(
     *,
     extra_args: Sequence[str] = (),
     served_from_here: bool = True,
+    revision: str | None = None,
 ) -> bool:
     """Whether a server started now for ``model`` would record the template provenance
     ``recorded`` (a finished run's), judged here without a server and without the network.
@@ -203,7 +209,9 @@ def decided_now(
     files = None
     if served_from_here:
         local = Path(model).expanduser()
-        files = template_files_dir(str(local) if local.is_dir() else model, cached_only=True)
+        files = template_files_dir(
+            str(local) if local.is_dir() else model, cached_only=True, revision=revision
+        )
     if files is not None or explicit_template(extra_args) is not None:
         return recorded == resolve_chat_template(files, fallback, extra_args=extra_args).provenance
     source = str(recorded.get("source", ""))
@@ -213,10 +221,15 @@ def decided_now(
 
 
 def resolve_for_model(
-    model: str, fallback: FallbackTemplate | None, *, extra_args: Sequence[str] = ()
+    model: str,
+    fallback: FallbackTemplate | None,
+    *,
+    extra_args: Sequence[str] = (),
+    revision: str | None = None,
 ) -> TemplateChoice:
-    """``resolve_chat_template`` for a Hub id or a local directory."""
-    return resolve_chat_template(template_files_dir(model), fallback, extra_args=extra_args)
+    """``resolve_chat_template`` for a Hub id (at ``revision``) or a local directory."""
+    files = template_files_dir(model, revision=revision)
+    return resolve_chat_template(files, fallback, extra_args=extra_args)
 
 
 def log_line(provenance: dict[str, str]) -> str:

@@ -176,6 +176,7 @@ class ServerRequest:
             self.chat_template,
             extra_args=self.vllm.get("extra_args") or (),
             served_from_here=self.backend == "local",
+            revision=self.vllm.get("revision"),
         )
 
     def profile(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pytest_modal_eval.exceptions import EndpointError
@@ -28,23 +28,37 @@ def on_loopback(url: str) -> bool:
 
 
 class EndpointChecker:
-    """GET ``/models`` once per endpoint and session; later benchmarks reuse the verdict."""
+    """GET ``/models`` once per endpoint and session; later benchmarks reuse the verdict, and
+    the served model's entry (its identity in the answer key, for ``--base-url``)."""
 
     def __init__(self) -> None:
-        self._verdicts: dict[tuple[str, str], str | None] = {}
+        self._verdicts: dict[tuple[str, str], tuple[str | None, dict[str, Any] | None]] = {}
         self._lock = threading.Lock()
 
-    def check(self, endpoint: Endpoint, timeout: float = 15.0) -> None:
+    def _verdict(
+        self, endpoint: Endpoint, timeout: float
+    ) -> tuple[str | None, dict[str, Any] | None]:
         key = (endpoint.base_url, endpoint.model)
         with self._lock:
             if key not in self._verdicts:
                 self._verdicts[key] = _probe(endpoint, timeout)
-            problem = self._verdicts[key]
+            return self._verdicts[key]
+
+    def check(self, endpoint: Endpoint, timeout: float = 15.0) -> None:
+        problem, _ = self._verdict(endpoint, timeout)
         if problem is not None:
             raise EndpointError(problem)
 
+    def served_model(
+        self, endpoint: Endpoint, timeout: float = 15.0
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """The ``/models`` entry of the served model, or None and why there is none."""
+        problem, entry = self._verdict(endpoint, timeout)
+        return entry, problem
 
-def _probe(endpoint: Endpoint, timeout: float) -> str | None:
+
+def _probe(endpoint: Endpoint, timeout: float) -> tuple[str | None, dict[str, Any] | None]:
+    """(what is wrong, or None; the served model's entry in the list, when there is one)."""
     import httpx
 
     url = endpoint.base_url.rstrip("/") + "/models"
@@ -58,26 +72,32 @@ def _probe(endpoint: Endpoint, timeout: float) -> str | None:
         return (
             f"endpoint {endpoint.base_url} is unreachable: GET {url} failed "
             f"({type(exc).__name__}: {exc}). Check that the server is running and the URL "
-            "includes the API prefix (usually /v1)."
+            "includes the API prefix (usually /v1).",
+            None,
         )
     if response.status_code in (401, 403):
         return (
             f"endpoint {endpoint.base_url} refused the credentials (HTTP {response.status_code} "
             f"on GET {url}). The API key is read from ${endpoint.api_key_env or 'OPENAI_API_KEY'}"
-            " (set --api-key-env to use another variable)."
+            " (set --api-key-env to use another variable).",
+            None,
         )
     if response.status_code != 200:
         return (
             f"endpoint {endpoint.base_url} answered HTTP {response.status_code} on GET {url}; "
-            "is this an OpenAI-compatible API base URL (usually ending in /v1)?"
+            "is this an OpenAI-compatible API base URL (usually ending in /v1)?",
+            None,
         )
     try:
-        served = [str(m.get("id")) for m in response.json().get("data", [])]
+        entries = [m for m in response.json().get("data", []) if isinstance(m, dict)]
+        served = [str(m.get("id")) for m in entries]
     except (ValueError, AttributeError):
-        return f"endpoint {endpoint.base_url}: GET {url} did not return an OpenAI model list"
+        return f"endpoint {endpoint.base_url}: GET {url} did not return an OpenAI model list", None
     if served and endpoint.model not in served:
         return (
             f"endpoint {endpoint.base_url} does not serve model {endpoint.model!r}; it serves: "
-            f"{', '.join(served)}. Pass the served name with --model."
+            f"{', '.join(served)}. Pass the served name with --model.",
+            None,
         )
-    return None
+    entry = next((m for m in entries if str(m.get("id")) == endpoint.model), None)
+    return None, entry

@@ -3,7 +3,8 @@
 Both functions take rewards keyed by example id, so the unit of analysis is the *example*, never
 the single rollout:
 
-- :func:`summarize` reports the mean reward with a cluster-robust standard error and a t interval.
+- :func:`summarize` reports the mean reward with a cluster-robust standard error and an interval
+  within the rewards' range (:mod:`pytest_modal_eval.stats.intervals`).
 - :func:`compare_paired` decides whether a run is worse than a stored baseline on the examples
   both have scored, and lists what flipped.
 """
@@ -21,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import special
 
-from pytest_modal_eval.stats import power
+from pytest_modal_eval.stats import intervals, power
 
 # scipy.special's distribution functions, not scipy.stats: the same numbers from the same
 # library (tests/test_stats.py checks them against scipy.stats and statsmodels), without the
@@ -256,10 +257,11 @@ def _check_probability(name: str, value: float) -> None:
 
 @dataclass(frozen=True)
 class RewardSummary:
-    """Mean reward over examples with a cluster-robust standard error and t interval.
+    """Mean reward over examples, its cluster-robust standard error and an interval.
 
-    ``stderr``, ``ci_low`` and ``ci_high`` are NaN when there is a single example (no spread to
-    estimate); :meth:`to_dict` turns NaN into ``None`` so the result is valid JSON.
+    ``interval`` names the method (see :func:`summarize`). ``stderr`` is NaN for a single
+    example (no spread to estimate), as are ``ci_low``/``ci_high`` when the rewards' range is
+    unknown; :meth:`to_dict` turns NaN into ``None`` so the result is valid JSON.
     """
 
     mean: float
@@ -270,11 +272,14 @@ class RewardSummary:
     n_examples: int
     n_rollouts: int
     rollouts_per_example: int
-    interval: str = "t"  # "t", or "wilson" for single 0/1 rollouts
+    interval: str = intervals.METHOD_CLUSTERED_WILSON
+    reward_range: tuple[float, float] | None = None  # the range the interval lies within
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict; undefined (NaN) figures become ``None``."""
-        return _nan_to_none(asdict(self))
+        data = _nan_to_none(asdict(self))
+        data["reward_range"] = list(self.reward_range) if self.reward_range else None
+        return data
 
 
 def summarize(
@@ -293,21 +298,20 @@ def summarize(
     design this is exactly the CR1 cluster-robust standard error of the mean (examples as
     clusters); extra rollouts still help by making each example's mean less noisy.
 
-    When every example has one rollout scored 0 or 1, the interval is the Wilson score interval
-    of the proportion (``interval == "wilson"``). Otherwise it is a t interval with n-1 degrees
-    of freedom around ``mean``. The t interval is *not* clipped
-    to the observed rewards: the observed range is itself a sample statistic, and the true mean can
-    lie outside it (all ten examples solved does not make 1.0 the only plausible accuracy). Pass
-    ``bounds`` -- the range rewards can take *by construction*, e.g. ``(0.0, 1.0)`` -- to clip to
-    it; that is safe because intersecting an interval with a set that surely holds the true mean
-    never lowers its coverage. When every example has the same mean the interval collapses to that
-    value: it means "no spread observed", not certainty.
+    The interval always lies within the rewards' range:
+
+    - every reward 0 or 1, or every reward within [0, 1] (partial credit), or ``bounds`` given
+      (the range rewards can take by construction, rescaled to [0, 1]): the clustered Wilson
+      interval (:func:`~pytest_modal_eval.stats.intervals.clustered_wilson`); with one pass/fail
+      rollout per example that is Wilson's interval of a proportion (``interval == "wilson"``).
+    - otherwise the range is unknown: a t interval clipped to the smallest and largest reward
+      observed (``interval == "t-clipped"``).
 
     Raises ``ValueError`` for no examples, an example without rollouts, or non-finite rewards.
     """
     _check_probability("confidence", confidence)
-    if bounds is not None and not bounds[0] <= bounds[1]:
-        raise ValueError(f"bounds must be (low, high) with low <= high, got {bounds!r}")
+    if bounds is not None and not bounds[0] < bounds[1]:
+        raise ValueError(f"bounds must be (low, high) with low < high, got {bounds!r}")
     if not per_example:
         raise ValueError("cannot summarize rewards of zero examples")
     if isinstance(per_example, ExampleRewards):
@@ -315,6 +319,9 @@ def summarize(
         means = per_example.means()
         n_rollouts = per_example.rewards.size
         most_rollouts = per_example.rollouts
+        _check_finite("per_example", per_example.rewards)
+        binary = _is_binary(per_example.rewards)
+        lowest, highest = float(per_example.rewards.min()), float(per_example.rewards.max())
     else:
         empty = [example_id for example_id, rewards in per_example.items() if len(rewards) == 0]
         if empty:
@@ -322,27 +329,40 @@ def summarize(
         means = np.array([_mean(rewards) for rewards in per_example.values()], dtype=np.float64)
         counts = [len(rewards) for rewards in per_example.values()]
         n_rollouts, most_rollouts = sum(counts), max(counts)
+        _check_finite("per_example", means)
+        flat = np.fromiter(
+            (x for rewards in per_example.values() for x in rewards), np.float64, n_rollouts
+        )
+        binary = _is_binary(flat)
+        lowest, highest = float(flat.min()), float(flat.max())
     _check_finite("per_example", means)
     n = len(means)
     mean = float(np.mean(means))
+    stderr = _sem(means) if n > 1 else math.nan
+    if n > 1 and _is_constant(means):
+        stderr = 0.0
 
-    interval = "t"
-    if most_rollouts == 1 and _is_binary(means):  # every example has one rollout (none has 0)
-        # Pass/fail per example: the Wilson score interval keeps its coverage near 0 and 1,
-        # where a t interval collapses (200 of 200 solved is not certainty of 1.0).
-        interval = "wilson"
-        stderr = _sem(means) if n > 1 else math.nan
-        ci_low, ci_high = _wilson(int(means.sum()), n, confidence)
-    elif n == 1:
-        stderr = ci_low = ci_high = math.nan
-    elif _is_constant(means):
-        stderr, ci_low, ci_high = 0.0, mean, mean
+    if bounds is None and (binary or (lowest >= 0.0 and highest <= 1.0)):
+        bounds = (0.0, 1.0)
+    if bounds is not None:
+        if lowest < bounds[0] or highest > bounds[1]:
+            raise ValueError(f"rewards [{lowest}, {highest}] lie outside bounds {bounds!r}")
+        low, width = bounds[0], bounds[1] - bounds[0]
+        found = intervals.clustered_wilson(
+            (means - low) / width,
+            n_rollouts / n,
+            binary=binary and bounds == (0.0, 1.0),
+            confidence=confidence,
+        )
+        ci_low = low + width * float(found.low)
+        ci_high = low + width * float(found.high)
+        single = binary and most_rollouts == 1
+        method = intervals.METHOD_WILSON if single else intervals.METHOD_CLUSTERED_WILSON
+        reward_range: tuple[float, float] = (float(bounds[0]), float(bounds[1]))
     else:
-        stderr = _sem(means)
-        half = _t_quantile(confidence, n - 1) * stderr
-        ci_low, ci_high = mean - half, mean + half
-        if bounds is not None:
-            ci_low, ci_high = max(ci_low, bounds[0]), min(ci_high, bounds[1])
+        found = intervals.clipped_t(means, lowest, highest, confidence=confidence)
+        ci_low, ci_high = float(found.low), float(found.high)
+        method, reward_range = intervals.METHOD_T, (lowest, highest)
 
     return RewardSummary(
         mean=mean,
@@ -353,7 +373,8 @@ def summarize(
         n_examples=n,
         n_rollouts=n_rollouts,
         rollouts_per_example=most_rollouts,
-        interval=interval,
+        interval=method,
+        reward_range=reward_range,
     )
 
 
@@ -431,16 +452,6 @@ def _sem(values: FloatArray) -> float:
 def _t_quantile(confidence: float, df: int) -> float:
     """Half-width multiplier of a two-sided t interval at ``confidence``."""
     return float(special.stdtrit(df, 0.5 + confidence / 2))
-
-
-def _wilson(successes: int, n: int, confidence: float) -> tuple[float, float]:
-    """Wilson score interval of a proportion (no continuity correction)."""
-    z = float(special.ndtri(0.5 + confidence / 2))
-    p = successes / n
-    denominator = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, center - half), min(1.0, center + half)
 
 
 def compare_paired(

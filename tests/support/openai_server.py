@@ -51,6 +51,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "salt_per_rollout": False,
     "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
     "models": {},  # further served model name -> its settings over these (accuracy, salt, ...)
+    "root": None,  # what /v1/models reports as the served model's root (vLLM: the path loaded)
 }
 
 
@@ -91,10 +92,19 @@ class FakeModel:
         self.stats["models_requests"] += 1
         if (refused := self.unauthorized(request)) is not None:
             return refused
-        names = [self.settings["model"], *self.settings["models"]]
-        return web.json_response(
-            {"object": "list", "data": [{"id": name, "object": "model"} for name in names]}
-        )
+        entries = []
+        for name in [self.settings["model"], *self.settings["models"]]:
+            entry: dict[str, Any] = {
+                "id": name,
+                "object": "model",
+                # vLLM sets "created" anew in every response.
+                "created": int(time.time() * 1000) + self.stats["models_requests"],
+            }
+            root = {**self.settings, **self.settings["models"].get(name, {})}["root"]
+            if root is not None:
+                entry["root"] = root
+            entries.append(entry)
+        return web.json_response({"object": "list", "data": entries})
 
     async def chat(self, request: web.Request) -> web.Response:
         if (refused := self.unauthorized(request)) is not None:

@@ -188,7 +188,10 @@ def serve(*, sleep_mode: bool = False) -> subprocess.Popen[bytes]:
     # Only the template files are fetched here (into the HF cache volume vLLM then reads from),
     # so the decision is the one vLLM's tokenizer will make.
     choice = resolve_for_model(
-        spec.profile.model, spec.fallback, extra_args=spec.profile.vllm.extra_args
+        spec.profile.model,
+        spec.fallback,
+        extra_args=spec.profile.vllm.extra_args,
+        revision=spec.profile.vllm.revision,
     )
     template_path = None
     if choice.text is not None:

@@ -39,6 +39,9 @@ def vllm_args(
         # Always explicit: vLLM's default for prefix caching varies by model and version.
         "--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching",
     ]  # fmt: skip
+    if cfg.revision is not None:
+        # vLLM takes the tokenizer from the same revision unless --tokenizer-revision says not.
+        args += ["--revision", cfg.revision]
     if cfg.max_model_len is not None:
         args += ["--max-model-len", str(cfg.max_model_len)]
     if cfg.trust_remote_code:

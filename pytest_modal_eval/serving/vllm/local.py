@@ -165,6 +165,7 @@ class LocalVllmServer:
             self.profile.model,
             load_fallback(self.profile.chat_template),
             extra_args=self.profile.vllm.extra_args,
+            revision=self.profile.vllm.revision,
         )
         template_path = None
         if choice.text is not None:

@@ -1,0 +1,203 @@
+"""What was evaluated, beyond the model's name: the weights' identity in the answer key.
+
+A finished run is reused when its answer key matches, and the model's *name* does not say
+which weights answer: a checkpoint directory is overwritten, a Hub id gets a new commit, a
+``--base-url`` server is restarted on another checkpoint. So the key holds one of:
+
+- a local directory: a digest of its model files' contents (:func:`local_identity`). Hashing
+  weights takes time, so the digest is kept with the files' names, sizes and times; while
+  those are unchanged, the kept digest is used.
+- a Hub id: the commit it resolves to (:func:`hub_identity`): ``vllm.revision`` when that is a
+  commit, else the commit the Hub names for the revision (default ``main``) right now.
+- a ``--base-url`` endpoint: what its ``/v1/models`` says of the served model
+  (:func:`served_identity`): its id, ``root`` (the path vLLM loaded) and ``max_model_len``.
+
+When the Hub or the endpoint cannot be asked, the identity is *unchecked*: ``key`` is None and
+``unchecked`` says why. A finished run may then be reused, with a note saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+#: Seconds to wait for the Hub's answer: a key lookup must not hold a CI job for long.
+HUB_TIMEOUT = 5.0
+
+#: Files of a model directory that decide its answers (what vLLM and transformers read).
+MODEL_FILE_PATTERNS = (
+    "*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.json", "*.model", "*.tiktoken",
+    "*.txt", "*.jinja", "*.py",
+)  # fmt: skip
+#: Files a training run leaves beside a checkpoint that no server reads.
+TRAINING_FILES = (
+    "optimizer.pt", "scheduler.pt", "rng_state*.pth", "training_args.bin", "trainer_state.json",
+)  # fmt: skip
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """The answer key's ``weights`` (None: unchecked) and what ``run_config.json`` records."""
+
+    key: dict[str, Any] | None
+    record: dict[str, Any] = field(default_factory=dict)
+    unchecked: str | None = None  # why the weights could not be checked
+
+
+def model_files(directory: Path) -> list[Path]:
+    """The files of a model directory that decide its answers, by name."""
+    found = []
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        if name.startswith(".") or not path.is_file():  # is_file follows the Hub's symlinks
+            continue
+        if any(fnmatch(name, p) for p in MODEL_FILE_PATTERNS) and not any(
+            fnmatch(name, p) for p in TRAINING_FILES
+        ):
+            found.append(path)
+    return found
+
+
+def _signature(files: list[Path]) -> list[list[Any]]:
+    # ctime too: copying with preserved times (cp -p, rsync -t) keeps mtime but not ctime.
+    rows = []
+    for path in files:
+        st = path.stat()
+        rows.append([path.name, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+    return rows
+
+
+def _digest(files: list[Path]) -> str:
+    total = hashlib.sha256()
+    for path in files:
+        one = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                one.update(chunk)
+        total.update(f"{path.name}\0{path.stat().st_size}\0{one.hexdigest()}\n".encode())
+    return total.hexdigest()
+
+
+class FingerprintStore:
+    """Digests kept by directory, with the signature (names, sizes, times) they were made at:
+    a JSON file per directory in pytest's cache, or nothing (then every run hashes)."""
+
+    def __init__(self, cache: Any) -> None:  # pytest.Cache | None
+        self.cache = cache
+
+    def _key(self, directory: Path) -> str:
+        return (
+            "modal_eval/model_fingerprints/"
+            + hashlib.sha256(str(directory).encode()).hexdigest()[:16]
+        )
+
+    def get(self, directory: Path, signature: list[list[Any]]) -> str | None:
+        if self.cache is None:
+            return None
+        kept = self.cache.get(self._key(directory), None)
+        if isinstance(kept, dict) and kept.get("signature") == signature:
+            digest = kept.get("digest")
+            return digest if isinstance(digest, str) else None
+        return None
+
+    def put(self, directory: Path, signature: list[list[Any]], digest: str) -> None:
+        if self.cache is not None:
+            value = {"path": str(directory), "signature": signature, "digest": digest}
+            self.cache.set(self._key(directory), value)
+
+
+def local_identity(directory: Path, store: FingerprintStore) -> ModelIdentity:
+    """The content digest of a local model directory's model files (see :func:`model_files`)."""
+    directory = directory.resolve()
+    files = model_files(directory)
+    signature = _signature(files)
+    digest = store.get(directory, signature)
+    hashed = digest is None
+    if digest is None:
+        digest = _digest(files)
+        store.put(directory, signature, digest)
+    record = {
+        "kind": "local",
+        "path": str(directory),
+        "digest": digest,
+        "files": [[name, size] for name, size, _, _ in signature],
+        "hashed": hashed,  # False: names, sizes and times unchanged, the kept digest used
+    }
+    return ModelIdentity({"kind": "local", "digest": digest}, record)
+
+
+def hub_identity(model: str, revision: str | None, timeout: float = HUB_TIMEOUT) -> ModelIdentity:
+    """The commit a Hub id resolves to at ``revision`` (None: ``main``), asked of the Hub now
+    with huggingface_hub (``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` apply)."""
+    base: dict[str, Any] = {"kind": "hub", "revision": revision}
+    if revision is not None and _COMMIT.fullmatch(revision):
+        key = {**base, "commit": revision}
+        return ModelIdentity(key, {**key, "id": model, "resolved": "vllm.revision"})
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        reason = f"HF_HUB_OFFLINE is set: the Hub was not asked which commit {model} is"
+        return ModelIdentity(None, {**base, "id": model, "commit": None}, reason)
+    try:
+        from huggingface_hub import HfApi
+
+        info = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None).model_info(
+            model, revision=revision, timeout=timeout
+        )
+        commit: str | None = info.sha
+        problem = None if commit else "the Hub's answer named no commit"
+    except Exception as exc:  # offline, unreachable, gated, unknown: all mean "cannot check"
+        commit, problem = None, f"{type(exc).__name__}: {_first_line(exc)}"
+    at = f"{model}@{revision or 'main'}"
+    if commit is None:
+        reason = f"the Hugging Face Hub could not say which commit {at} is ({problem})"
+        return ModelIdentity(None, {**base, "id": model, "commit": None}, reason)
+    key = {**base, "commit": commit}
+    return ModelIdentity(key, {**key, "id": model, "resolved": "hub"})
+
+
+def served_identity(entry: dict[str, Any] | None, problem: str | None) -> ModelIdentity:
+    """What an endpoint's ``/v1/models`` entry for the served model says about it: ``id``,
+    ``root`` and ``max_model_len`` (``created`` changes with every response, so not that)."""
+    if entry is None:
+        reason = f"the endpoint could not say which model it serves ({problem or 'no entry'})"
+        return ModelIdentity(None, {"kind": "endpoint"}, reason)
+    key = {"kind": "endpoint", **{k: entry.get(k) for k in ("id", "root", "max_model_len")}}
+    return ModelIdentity(key, dict(key))
+
+
+def describe_change(old: Any, new: Any) -> str:
+    """One phrase for how the weights' identity changed, e.g. ``commit 1a2b3c4 -> 5d6e7f8``."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return f"{_short(old)} -> {_short(new)}"
+    parts = [
+        f"{name} {_short(old.get(name))} -> {_short(new.get(name))}"
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]
+    return ", ".join(parts)
+
+
+def describe_weights(weights: Any) -> str:
+    """``commit 1a2b3c4d5e6f``, ``digest ...``, ``id m, root /models/m``; ``unchecked``."""
+    if not isinstance(weights, dict):
+        return _short(weights)
+    return ", ".join(f"{k} {_short(v)}" for k, v in weights.items() if k != "kind" and v)
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "unchecked"
+    text = str(value)
+    return text[:12] if re.fullmatch(r"[0-9a-f]{16,}", text) else text
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else ""

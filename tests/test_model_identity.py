@@ -1,0 +1,251 @@
+"""The weights' identity in the answer key: a changed model is evaluated again, never reported
+from an older run's numbers.
+
+Real parts: the local backend on the fake vLLM (as tests/test_deployments.py), the OpenAI test
+server for ``--base-url``, and for the Hub a local server speaking the part of the Hub API that
+``huggingface_hub.HfApi.model_info`` uses (tests/support/hub_server.py, via ``HF_ENDPOINT``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_modal_eval.runs.identity import FingerprintStore, hub_identity, local_identity
+from tests.conftest import REPO, BenchmarkProject, start_fake_server
+from tests.support.hub_server import FakeHub
+from tests.support.vllm_check import FAKE_VLLM_ROOT
+from tests.test_deployments import LocalRuns
+
+A, B = "a" * 40, "b" * 40
+
+
+class DictCache:
+    """pytest's ``config.cache`` interface, in memory."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any) -> Any:
+        return self.data.get(key, default)
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = json.loads(json.dumps(value))
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    server = FakeHub()
+    monkeypatch.setenv("HF_ENDPOINT", server.start())
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    yield server
+    server.stop()
+
+
+# --- a local directory ------------------------------------------------------------------------
+
+
+def test_local_digest_follows_content_and_is_kept_while_files_are_unchanged(
+    tmp_path: Path,
+) -> None:
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 8}')
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"\x01" * 1000)
+    store = FingerprintStore(DictCache())
+    first = local_identity(model, store)
+    assert first.record["hashed"] is True
+    assert [name for name, _ in first.record["files"]] == ["config.json", "model.safetensors"]
+    again = local_identity(model, store)
+    assert again.record["hashed"] is False and again.key == first.key
+
+    # What a trainer writes beside a checkpoint is not the model.
+    (model / "trainer_state.json").write_text("{}")
+    (model / "optimizer.pt").write_bytes(b"x")
+    assert local_identity(model, store).key == first.key
+
+    # Overwritten in place with the same size and the old modification time: still noticed
+    # (the change time moves), and the digest is of the new content.
+    stat = weights.stat()
+    weights.write_bytes(b"\x02" * 1000)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    changed = local_identity(model, store)
+    assert changed.record["hashed"] is True and changed.key != first.key
+    # Without a store every run hashes, to the same digest.
+    assert local_identity(model, FingerprintStore(None)).key == changed.key
+
+
+# --- the Hub ----------------------------------------------------------------------------------
+
+
+def test_hub_commit_is_asked_of_the_hub(hub: FakeHub) -> None:
+    hub.commits["org/m"] = {"main": A, "v1": B}
+    assert hub_identity("org/m", None).key == {"kind": "hub", "revision": None, "commit": A}
+    assert hub_identity("org/m", "v1").key == {"kind": "hub", "revision": "v1", "commit": B}
+    asked = len(hub.requests)
+    # A commit as revision needs no question.
+    assert hub_identity("org/m", B).key == {"kind": "hub", "revision": B, "commit": B}
+    assert len(hub.requests) == asked
+    hub.commits["org/m"]["main"] = B
+    assert hub_identity("org/m", None).key == {"kind": "hub", "revision": None, "commit": B}
+    unknown = hub_identity("org/unknown", None)
+    assert unknown.key is None and unknown.unchecked is not None
+    assert "org/unknown@main" in unknown.unchecked
+
+
+def test_unreachable_or_offline_hub_leaves_the_weights_unchecked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    down = hub_identity("org/m", None, timeout=2)
+    assert down.key is None and "could not say which commit org/m@main is" in str(down.unchecked)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "HF_HUB_OFFLINE" in str(hub_identity("org/m", None).unchecked)
+
+
+# --- through the plugin -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def local(project: BenchmarkProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalRuns:
+    starts = tmp_path / "starts.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_STARTS", str(starts))
+    paths = [str(FAKE_VLLM_ROOT), str(REPO), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    return LocalRuns(project, starts)
+
+
+def _run_configs(project: BenchmarkProject) -> list[dict[str, Any]]:
+    found = (project.pytester.path / "outputs" / "evals").glob("alpha--*/*/run_config.json")
+    return [json.loads(p.read_text()) for p in sorted(found)]
+
+
+def test_overwritten_local_checkpoint_is_evaluated_again(local: LocalRuns) -> None:
+    project = local.project
+    project.add("alpha", n=3)
+    checkpoint = project.pytester.path / "fake-model"
+    (checkpoint / "config.json").write_text('{"step": 100}')
+    local.run().assert_outcomes(passed=1)
+    again = local.run()
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
+    assert len(local.started()) == 1
+
+    (checkpoint / "config.json").write_text('{"step": 200}')
+    changed = local.run()
+    changed.assert_outcomes(passed=1)
+    assert len(local.started()) == 2
+    changed.stdout.fnmatch_lines(
+        ["alpha: note: the model changed since run *: digest * -> *; starting a new run"]
+    )
+    configs = _run_configs(project)
+    assert len(configs) == 2
+    digests = {c["model_identity"]["digest"] for c in configs}
+    assert len(digests) == 2
+    assert {c["answer_fields"]["weights"]["digest"] for c in configs} == digests
+
+
+def test_new_hub_commit_is_evaluated_again_and_unchecked_reuse_says_so(
+    local: LocalRuns, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = local.project
+    # A template given to vLLM explicitly: the one part of the key a server started for a Hub
+    # id would otherwise decide (see chat_template.decided_now).
+    template = 'vllm: {extra_args: ["--chat-template", "{{ messages }}"]}\n'
+    project.add("alpha", n=3, extra_yaml=template)
+    hub.commits["org/x"] = {"main": A}
+
+    def run(*extra: str) -> pytest.RunResult:
+        return project.pytester.runpytest_subprocess(
+            "--model=org/x", "--backend", "local", f"--vllm-python={sys.executable}", *extra
+        )
+
+    run().assert_outcomes(passed=1)
+    again = run()
+    again.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
+    assert len(local.started()) == 1
+
+    hub.commits["org/x"]["main"] = B  # a new push
+    pushed = run()
+    pushed.assert_outcomes(passed=1)
+    assert len(local.started()) == 2
+    pushed.stdout.fnmatch_lines(
+        [f"alpha: note: the model changed since run *: commit {A[:12]} -> {B[:12]}; starting*"]
+    )
+    assert [c["model_identity"]["commit"] for c in _run_configs(project)].count(B) == 1
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the Hub is unreachable
+    unchecked = run()
+    unchecked.assert_outcomes(passed=1)
+    assert len(local.started()) == 2
+    unchecked.stdout.fnmatch_lines(
+        [
+            "*nothing to evaluate, no server was started; the weights could NOT be checked "
+            f"(the Hugging Face Hub could not say which commit org/x@main is*made with weights "
+            f"commit {B[:12]}*"
+        ]
+    )
+
+
+@pytest.mark.usefixtures("hub")
+def test_revision_goes_to_vllm_and_into_the_key(local: LocalRuns) -> None:
+    project = local.project
+    project.add("alpha", n=2, extra_yaml=f"vllm: {{revision: {B}}}\n")
+    result = project.pytester.runpytest_subprocess(
+        "--model=org/x", "--backend", "local", f"--vllm-python={sys.executable}"
+    )
+    result.assert_outcomes(passed=1)
+    [start] = local.started()
+    argv = start["argv"]
+    assert argv[argv.index("--revision") + 1] == B
+    [config] = _run_configs(project)
+    assert config["answer_fields"]["vllm"]["revision"] == B
+    assert config["answer_fields"]["weights"]["commit"] == B
+
+
+def test_base_url_is_keyed_on_what_models_says_it_serves(project: BenchmarkProject) -> None:
+    project.add("alpha", n=3)
+    project.server.configure(root="/ckpt/step-100")
+    project.run().assert_outcomes(passed=1)
+    # "created" changes with every answer of /v1/models; that is no new model.
+    again = project.run()
+    again.stdout.fnmatch_lines(["*nothing to evaluate*"])
+    assert project.server.stats()["completed_requests"] == 3
+
+    project.server.configure(root="/ckpt/step-200")  # restarted on another checkpoint
+    changed = project.run()
+    changed.assert_outcomes(passed=1)
+    assert project.server.stats()["completed_requests"] == 6
+    changed.stdout.fnmatch_lines(
+        ["alpha: note: the model changed since run *: root /ckpt/step-100 -> /ckpt/step-200;*"]
+    )
+    assert len(project.run_dirs("alpha")) == 2
+
+
+def test_endpoint_that_cannot_say_what_it_serves_reuses_a_finished_run_with_a_note(
+    project: BenchmarkProject,
+) -> None:
+    own = start_fake_server()
+    try:
+        project.server = own  # a server of this test's own, to be stopped
+        project.add("alpha", n=3)
+        own.configure(root="/ckpt/a")
+        project.run().assert_outcomes(passed=1)
+    finally:
+        own.stop()
+    down = project.run()
+    down.assert_outcomes(passed=1)
+    down.stdout.fnmatch_lines(
+        [
+            "*nothing to evaluate*; the weights could NOT be checked (the endpoint could not "
+            "say which model it serves (endpoint * is unreachable*made with weights id "
+            "test-model, root /ckpt/a*"
+        ]
+    )
