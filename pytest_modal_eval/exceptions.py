@@ -45,3 +45,8 @@ class ServingError(ModalEvalError):
 
 class EndpointError(ModalEvalError):
     """The endpoint cannot be used; the message says what was tried and what to check."""
+
+
+class ShareError(ModalEvalError):
+    """Results could not be shared (Hub push, MLflow logging); the message names the run,
+    file or setting and the fix."""

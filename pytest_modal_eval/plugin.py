@@ -22,11 +22,13 @@ from pytest_modal_eval.serving.deployments import (
     BrokerClient,
     Deployments,
 )
+from pytest_modal_eval.share import controller as share
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Registers the plugin's option group and ini keys (every process)."""
     add_options(parser)
+    share.add_options(parser)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -57,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if settings.backend == "modal" and settings.model and not config.option.collectonly:
             _check_modal_credentials()
         config.pluginmanager.register(SummaryCollector(), "modal_eval_summary")
+        share.configure(config, settings.output_dir)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
 

@@ -12,7 +12,9 @@ from typing import Any
 import click
 
 #: Command name -> "module:attribute" of its click command, in the order ``--help`` lists them.
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "push": "pytest_modal_eval.cli.push:push",
+}
 
 
 class LazyGroup(click.Group):
