@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import sys
+import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-
-# Imported before pytester snapshots sys.modules: a re-import after its restore fails.
+from huggingface_hub import HfApi
+from huggingface_hub.errors import RepositoryNotFoundError
 from mlflow.tracking import MlflowClient
 
 from pytest_modal_eval.cli import main as cli_main
@@ -29,6 +31,17 @@ from tests.support.hub_server import HubServer
 MLFLOW_READS = pytest.mark.filterwarnings(
     "ignore:The ``noload`` loader strategy:DeprecationWarning"
 )
+
+
+def _preload_mlflow_store() -> None:
+    """Open a SQLite MLflow store once, before pytester snapshots ``sys.modules``: modules first
+    imported inside a test are dropped after it, and SQLAlchemy re-imported fails."""
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        MlflowClient(tracking_uri=f"sqlite:///{folder}/preload.db").search_experiments()
+
+
+_preload_mlflow_store()
 
 TOKEN = "hf_fake_write_token_0123456789"
 ENV_SECRET = "sk-env-secret-4f1c9a7e2b"  # an API key the run used, from the environment
@@ -182,6 +195,8 @@ def test_push_creates_one_configuration_per_benchmark_and_model(
     result = push(runs, private=True)
     assert result.commit is not None
     assert hub_server.repos[("dataset", "org/evals")].private
+    with pytest.raises(RepositoryNotFoundError):  # a private repository, asked without token
+        HfApi(endpoint=hub_server.url, token=False).dataset_info("org/evals")
     files = hub_server.files("org/evals")
     for config in ("qa--default--test-model", "math--default--test-model"):
         assert {
