@@ -406,6 +406,25 @@ def test_options_are_documented_and_checked(project: BenchmarkProject) -> None:
     alone.stderr.fnmatch_lines(["*--hub-private needs --push-to-hub ORG/NAME*"])
 
 
+def test_a_failed_push_is_reported_and_fails_the_session(
+    project: BenchmarkProject, hub_server: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_not_the_right_token")
+    project.add("qa", n=2)
+    result = project.run("--push-to-hub", "org/evals")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*shared results*",
+            "Hub: pushing to org/evals failed: the Hub refused HF_TOKEN (401) for org/evals: "
+            "it needs write access to org *",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*evaluation summary*"])  # the results are still shown
+    assert hub_server.repos == {}
+
+
 # -- end to end -------------------------------------------------------------------------------
 
 

@@ -100,7 +100,6 @@ class SharePlugin:
         self.output_dir = output_dir
         self.run_dirs: dict[str, None] = {}
         self.lines: list[str] = []
-        self.failed = False
         self.errors: set[str] = set()
 
     @pytest.hookimpl
@@ -145,11 +144,10 @@ class SharePlugin:
                 self._fail(f"MLflow: logging failed: {_reason(exc, redactor)}")
             else:
                 self.lines.append(tracking.describe(logged, uri))
-        if self.failed and session.exitstatus == pytest.ExitCode.OK:
+        if self.errors and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _fail(self, message: str) -> None:
-        self.failed = True
         self.errors.add(message)
         self.lines.append(message)
 

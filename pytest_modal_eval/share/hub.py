@@ -101,6 +101,28 @@ def push_runs(
     """Create the dataset repository if needed and commit the runs' changed files; the newest
     run of each benchmark x model replaces that configuration's files. ``endpoint``: the Hub's
     URL, default ``HF_ENDPOINT``, else huggingface_hub's default."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        return _push(runs, repo_id, token, redactor, private, endpoint)
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status in (401, 403):
+            raise ShareError(
+                f"the Hub refused HF_TOKEN ({status}) for {repo_id}: it needs write access to "
+                f"{repo_id.split('/')[0]} (https://huggingface.co/settings/tokens)"
+            ) from None
+        raise
+
+
+def _push(
+    runs: Sequence[SharedRun],
+    repo_id: str,
+    token: str,
+    redactor: Redactor,
+    private: bool,
+    endpoint: str | None,
+) -> PushResult:
     from huggingface_hub import CommitOperationAdd, HfApi
 
     check_repo_id(repo_id)
