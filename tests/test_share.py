@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
-from huggingface_hub import HfApi
+from datasets.utils.metadata import MetadataConfigs
+from huggingface_hub import DatasetCard, HfApi
 from huggingface_hub.errors import RepositoryNotFoundError
 from mlflow.tracking import MlflowClient
 
@@ -218,6 +219,11 @@ def test_push_creates_one_configuration_per_benchmark_and_model(
             "data_files": [{"split": "latest", "path": f"{name}/results.parquet"}],
         }
         for name in ("math--default--test-model", "qa--default--test-model")
+    ]
+    # `datasets` reads the configurations from the card as the Hub's viewer does.
+    configs = MetadataConfigs.from_dataset_card_data(DatasetCard(card.decode()).data)
+    assert configs["qa--default--test-model"]["data_files"] == [
+        {"split": "latest", "path": "qa--default--test-model/results.parquet"}
     ]
     text = card.decode()
     assert (
