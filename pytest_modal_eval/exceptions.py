@@ -50,3 +50,8 @@ class EndpointError(ModalEvalError):
 class DirectClientError(ModalEvalError, RuntimeError):
     """The evaluation's client cannot send a rollout's request itself (an unreadable proxy
     setting, or verifiers posting in a shape it does not know); the message says what to do."""
+
+
+class ShareError(ModalEvalError):
+    """Results could not be shared (Hub push, MLflow logging); the message names the run,
+    file or setting and the fix."""

@@ -28,11 +28,13 @@ from pytest_modal_eval.serving.deployments import (
     BrokerClient,
     Deployments,
 )
+from pytest_modal_eval.share import controller as share
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Registers the plugin's option group and ini keys (every process)."""
     add_options(parser)
+    share.add_options(parser)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -73,6 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(LiveProgress(config), "modal_eval_progress")
         if settings.report is not None:
             config.pluginmanager.register(SessionReport(settings.report), "modal_eval_report")
+        share.configure(config, settings.output_dir)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
 

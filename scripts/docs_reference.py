@@ -38,8 +38,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 import pytest_modal_eval
-from pytest_modal_eval import hookspecs
-from pytest_modal_eval.config.options import add_options
+from pytest_modal_eval import hookspecs, plugin
 from pytest_modal_eval.config.schema import BenchmarkConfig
 from pytest_modal_eval.runs.record import RolloutRecord, field_docs, rollout_record
 
@@ -173,7 +172,7 @@ class _Group:
 
 @dataclass
 class RecordingParser:
-    """Stands in for ``pytest.Parser``: records what ``add_options`` registers."""
+    """Stands in for ``pytest.Parser``: records what the plugin registers."""
 
     options: list[RecordedOption] = field(default_factory=list)
     inis: list[RecordedIni] = field(default_factory=list)
@@ -192,7 +191,7 @@ class RecordingParser:
 
 def recorded_options() -> RecordingParser:
     parser = RecordingParser()
-    add_options(cast(pytest.Parser, parser))
+    plugin.pytest_addoption(cast(pytest.Parser, parser))  # every option the plugin registers
     return parser
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from pytest_modal_eval.runs.identity import FingerprintStore, hub_identity, local_identity
 from tests.conftest import REPO, BenchmarkProject, start_fake_server
-from tests.support.hub_server import FakeHub
+from tests.support.hub_models import FakeHub
 from tests.support.vllm_check import FAKE_VLLM_ROOT
 from tests.test_deployments import LocalRuns
 

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "pytest_modal_eval.cli.doctor:doctor",
     "compare": "pytest_modal_eval.cli.compare:compare",
     "report": "pytest_modal_eval.cli.report:report",
+    "push": "pytest_modal_eval.cli.push:push",
 }
 
 

@@ -1,0 +1,150 @@
+"""A finished run as it is shared: its summary, configuration, rollouts and reports, with
+secrets removed.
+
+The Hub push and MLflow logging read runs only through :func:`load_run`, so both send the same
+redacted values.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_modal_eval.exceptions import ShareError
+from pytest_modal_eval.runs.paths import METADATA, RUN_CONFIG, RunPaths, iter_runs
+from pytest_modal_eval.share.redact import Redactor
+
+
+@dataclass(frozen=True)
+class SharedRun:
+    paths: RunPaths
+    metadata: dict[str, Any]  # metadata.json, redacted
+    run_config: dict[str, Any]  # run_config.json, redacted
+    results_text: str  # results.jsonl, redacted
+    reports: dict[str, str]  # file name -> text of the run's HTML reports, redacted
+
+    @property
+    def benchmark(self) -> str:
+        return str(self.metadata.get("benchmark") or self.run_config.get("benchmark"))
+
+    @property
+    def model(self) -> str:
+        return str(self.metadata.get("model") or self.run_config.get("model_id"))
+
+    @property
+    def run_id(self) -> str:
+        return str(self.metadata.get("run_id") or self.paths.run_id)
+
+    @property
+    def config_name(self) -> str:
+        """One name per benchmark x model: the directory holding its runs,
+        ``{benchmark}--{model slug}``."""
+        return self.paths.dir.parent.name
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.results_text.splitlines() if line.strip()]
+
+
+def load_run(run_dir: Path, redactor: Redactor) -> SharedRun:
+    """Read a finished run; a missing or unreadable file is an error naming it and the fix."""
+    paths = RunPaths(Path(run_dir))
+    if not paths.is_run():
+        raise ShareError(
+            f"{paths.dir}: no {RUN_CONFIG}, so this is not a run directory; pass "
+            "{output}/{benchmark}--{model}/{run_id} or a directory holding such runs"
+        )
+    if not paths.finished():
+        raise ShareError(
+            f"{paths.dir}: no {METADATA}, so the run has not finished; finish it first "
+            "(run the benchmark again: it resumes)"
+        )
+    found: dict[str, dict[str, Any]] = {}
+    for path in (paths.metadata, paths.run_config):
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ShareError(f"{path}: not readable JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise ShareError(f"{path}: expected a JSON object")
+        found[path.name] = redactor.json(value)
+    try:
+        results = paths.results.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ShareError(f"{paths.results}: not readable ({exc}); the run did not finish") from None
+    reports = {
+        report.name: redactor.text(report.read_text(encoding="utf-8", errors="replace"))
+        for report in sorted(paths.dir.glob("*.html"))
+    }
+    return SharedRun(
+        paths=paths,
+        metadata=found[METADATA],
+        run_config=found[RUN_CONFIG],
+        results_text=redactor.text(results),
+        reports=reports,
+    )
+
+
+def find_runs(location: Path) -> list[RunPaths]:
+    """The runs a path names: a run directory itself, or every run inside a directory holding
+    runs (an output directory, or one benchmark x model's directory)."""
+    if RunPaths(location).is_run():
+        return [RunPaths(location)]
+    found = list(iter_runs(location)) or [
+        RunPaths(p.parent) for p in sorted(location.glob(f"*/{RUN_CONFIG}"))
+    ]
+    if not found:
+        raise ShareError(
+            f"{location}: neither a run directory (no {RUN_CONFIG}) nor a directory holding "
+            "runs; pass e.g. outputs/evals or outputs/evals/BENCH--ORG--MODEL/RUN_ID"
+        )
+    return found
+
+
+def latest_per_config(runs: Iterable[SharedRun]) -> dict[str, SharedRun]:
+    """Config name -> its newest run (run ids start with their UTC start time)."""
+    latest: dict[str, SharedRun] = {}
+    for run in sorted(runs, key=lambda r: r.run_id):
+        latest[run.config_name] = run
+    return dict(sorted(latest.items()))
+
+
+def results_parquet(run: SharedRun) -> bytes:
+    """The rollouts as Parquet, one column per field, rows in results.jsonl order.
+
+    A field whose values share one Arrow type (numbers, strings, lists of messages) keeps it;
+    any other (mixed types, empty objects Parquet cannot store) becomes JSON text, so every
+    run converts. The same records give the same bytes.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = run.records()
+    names: dict[str, None] = {}
+    for record in records:
+        names.update(dict.fromkeys(record))
+    columns = {name: _column([record.get(name) for record in records]) for name in names}
+    table = pa.table(columns) if columns else pa.table({"example_id": pa.array([], pa.int64())})
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
+
+
+def _column(values: list[Any]) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        native = pa.array(values)
+        if not pa.types.is_null(native.type):
+            pq.write_table(pa.table({"probe": native}), io.BytesIO())
+            return native
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    return pa.array(
+        [None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True) for v in values],
+        pa.string(),
+    )

@@ -1,0 +1,41 @@
+"""The part of the Hugging Face Hub API that ``HfApi.model_info`` uses, on 127.0.0.1, with the
+commit each revision resolves to set directly by the test (the repository stand-in for pushes
+is ``hub_server.HubServer``).
+
+``GET /api/models/{org}/{name}`` and ``GET /api/models/{org}/{name}/revision/{revision}``
+answer ``{"id": ..., "sha": ...}`` from ``commits`` (``{repo_id: {revision: sha}}``), 404 for
+an unknown repository or revision, as the Hub does. Point ``HF_ENDPOINT`` at ``url``.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from tests.support.threaded_app import ThreadedApp
+
+
+class FakeHub(ThreadedApp):
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits: dict[str, dict[str, str]] = {}
+        self.requests: list[str] = []
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(request.path)
+        parts = request.path.strip("/").split("/")
+        if request.method != "GET" or parts[:2] != ["api", "models"] or len(parts) < 4:
+            return web.json_response({"error": "not found"}, status=404)
+        repo_id = "/".join(parts[2:4])
+        revision = unquote(parts[5]) if len(parts) >= 6 and parts[4] == "revision" else "main"
+        sha = self.commits.get(repo_id, {}).get(revision)
+        if sha is None:
+            # The Hub's error codes, which huggingface_hub maps to its exceptions.
+            code = "RepoNotFound" if repo_id not in self.commits else "RevisionNotFound"
+            return web.json_response(
+                {"error": f"{repo_id}@{revision} not found"},
+                status=404,
+                headers={"X-Error-Code": code},
+            )
+        return web.json_response({"id": repo_id, "modelId": repo_id, "sha": sha})
