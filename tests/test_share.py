@@ -23,8 +23,8 @@ from mlflow.tracking import MlflowClient
 
 from pytest_modal_eval.cli import main as cli_main
 from pytest_modal_eval.exceptions import ShareError
+from pytest_modal_eval.redact import REDACTED, Redactor
 from pytest_modal_eval.share import bundle, hub, tracking
-from pytest_modal_eval.share.redact import REDACTED, Redactor
 from tests.conftest import BenchmarkProject
 from tests.support.hub_server import HubServer
 

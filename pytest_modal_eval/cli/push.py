@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from pytest_modal_eval.exceptions import ShareError
+from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.share import bundle, hub
-from pytest_modal_eval.share.redact import Redactor
 
 
 @click.command()

@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
-from pytest_modal_eval.cli.common import age, echo_json, json_option, parse_time, table
+from pytest_modal_eval.cli.common import age, echo_json, json_option, table
 from pytest_modal_eval.cli.modal_apps import modal_apps
 from pytest_modal_eval.exceptions import ServingError
+from pytest_modal_eval.runs.paths import parse_time
 
 
 @click.command()

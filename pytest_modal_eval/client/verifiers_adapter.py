@@ -88,7 +88,7 @@ class VerifiersAPI(Protocol):
     ) -> None:
         """Run ``rollouts`` rollouts of each row, ``on_example(example_id, outputs)`` as each
         example finishes. Outputs are dicts in verifiers 0.3's rollout-output shape (see
-        :func:`pytest_modal_eval.runs.store.rollout_record`) with the rollout index and slot
+        :func:`pytest_modal_eval.runs.record.rollout_record`) with the rollout index and slot
         wait in the :mod:`~pytest_modal_eval.client.rollout_seeds` state columns. At most
         ``max_concurrent_requests`` requests wait for an answer at once; rollout ``r`` asks with
         ``seed + r``; with a ``journal``, answers are recorded and replayed after a resume."""

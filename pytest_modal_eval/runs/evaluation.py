@@ -22,6 +22,7 @@ from pytest_modal_eval.client.answer_journal import AnswerJournal
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, match_rollouts
 from pytest_modal_eval.config.loader import Benchmark
 from pytest_modal_eval.config.schema import BenchmarkConfig
+from pytest_modal_eval.redact import mask_config
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.identity import ModelIdentity, describe_change, describe_weights
 from pytest_modal_eval.runs.paths import RunPaths, benchmark_dir
@@ -676,7 +677,7 @@ def _run_config(
         "sampling": config.sampling.model_dump(),
         "rollouts": config.eval.rollouts,
         "num_examples": n_selected,
-        "config": config.model_dump(mode="json"),
+        "config": mask_config(config.model_dump(mode="json")),
         "answer_hash": answer_hash,
         "answer_fields": fields,
         "model_identity": (

@@ -184,7 +184,7 @@ def read_listing(paths: RunPaths) -> RunListing:
     if metadata is not None:
         status = RunStatus.WITH_ERRORS if metadata.get("errors") else RunStatus.COMPLETE
     meta = paths.read_checkpoint_meta() or {} if metadata is None else {}
-    started = _parse_time(config.get("started_at")) or _parse_time(meta.get("start_time"))
+    started = parse_time(config.get("started_at")) or parse_time(meta.get("start_time"))
     total = _int(config.get("num_examples"))
     if metadata is not None:
         done = _int(metadata.get("n_evaluated"))
@@ -195,7 +195,7 @@ def read_listing(paths: RunPaths) -> RunListing:
         ids = meta.get("completed_example_ids")
         done = len(ids) if isinstance(ids, list) else None
         total = _int(meta.get("total_examples")) or total
-        last = _parse_time(meta.get("last_checkpoint_time"))
+        last = parse_time(meta.get("last_checkpoint_time"))
         duration = (last - started).total_seconds() if last and started else None
     data = metadata or {}
     ci = data.get("ci")
@@ -249,7 +249,8 @@ def find_run(run: str, output_dir: Path) -> RunPaths | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _parse_time(text: object) -> datetime | None:
+def parse_time(text: object) -> datetime | None:
+    """An ISO time as the run files write it (UTC when it names no zone); None if it is not one."""
     if not isinstance(text, str) or not text:
         return None
     try:

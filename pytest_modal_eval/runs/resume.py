@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from pytest_modal_eval.redact import mask_args, mask_mapping
 from pytest_modal_eval.runs.paths import RunPaths, runs_in
 
 CACHE_PREFIX = "modal_eval/runs"
@@ -49,12 +50,15 @@ def answer_fields(
         "weights": weights,
         "endpoint": endpoint_identity,
         "env_id": env_id,
-        "env_args": env_args,
+        "env_args": mask_mapping(env_args),
         "dataset": dataset_fingerprint,
         "sampling": sampling,
         "rollouts": rollouts,
         "chat_template": chat_template,
-        "vllm": {k: vllm.get(k) for k in ("revision", "max_model_len", "dtype", "extra_args")},
+        "vllm": {
+            **{k: vllm.get(k) for k in ("revision", "max_model_len", "dtype")},
+            "extra_args": mask_args(extra) if (extra := vllm.get("extra_args")) else extra,
+        },
     }
     if rollouts > 1 and sampling.get("seed") is not None:
         # Runs made when every rollout sent the same seed are not continued with distinct ones.

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_modal_eval.exceptions import ShareError
+from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.runs.paths import METADATA, RUN_CONFIG, RunPaths, iter_runs
-from pytest_modal_eval.share.redact import Redactor
 
 
 @dataclass(frozen=True)

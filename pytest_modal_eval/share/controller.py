@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.exceptions import ShareError
-from pytest_modal_eval.share.redact import Redactor
+from pytest_modal_eval.redact import Redactor
 
 PUSH_DEST = "modal_eval_push_to_hub"
 PRIVATE_DEST = "modal_eval_hub_private"

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval.exceptions import ShareError
+from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.share.bundle import SharedRun, latest_per_config, results_parquet
 from pytest_modal_eval.share.card import RESULTS_FILE, CardEntry, render_card
-from pytest_modal_eval.share.redact import Redactor
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

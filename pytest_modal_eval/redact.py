@@ -1,14 +1,18 @@
-"""Keeping secrets out of what is shared: by key name, by value, and a last check on the bytes.
+"""Keeping secrets out of what is written and shared: by key name, by value, and a last check
+on the bytes.
 
 A secret can reach a run's files two ways: under a key that names it (``env_args.api_key``,
 ``headers.authorization``) or as the value of an environment variable that the run used
 (``OPENAI_API_KEY``, ``HF_TOKEN``) turning up in some text. :class:`Redactor` replaces both, and
 :meth:`Redactor.check` refuses bytes that still hold a known secret value, so a file nobody
-thought to redact fails loudly instead of leaking.
+thought to redact fails loudly instead of leaking. Run records (``run_config.json``, the resume
+index in ``.pytest_cache``) hold a slow hash of each secret setting instead of its value
+(:func:`mask_config`), so the answer key still changes when a secret does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -76,3 +80,64 @@ class Redactor:
                     f"{name} still contains the value of a secret environment variable after "
                     "redaction; nothing was shared. Remove the secret from the run's files."
                 )
+
+
+#: Salt of :func:`keyed`: fixed, so equal secrets give equal keys on every machine.
+_KEY_SALT = b"pytest-modal-eval answer key"
+#: PBKDF2 rounds of :func:`keyed`: slow enough that a short password is not guessed from it.
+_KEY_ROUNDS = 200_000
+
+
+def keyed(value: str) -> str:
+    """A stand-in for a secret in a run's answer key: it changes when the secret changes, and
+    does not give it away (a slow salted hash, cut to 16 hex digits)."""
+    digest = hashlib.pbkdf2_hmac("sha256", value.encode(), _KEY_SALT, _KEY_ROUNDS)
+    return f"[secret {digest.hex()[:16]}]"
+
+
+def mask_args(args: Iterable[Any]) -> list[Any]:
+    """A command line (``vllm.extra_args``) with the value of every secret-named flag
+    (``--api-key X``, ``--hf-token=X``) replaced by :func:`keyed`."""
+    out: list[Any] = []
+    secret_next = False
+    for arg in args:
+        if secret_next and isinstance(arg, str):
+            out.append(keyed(arg))
+            secret_next = False
+            continue
+        secret_next = False
+        if isinstance(arg, str) and arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            if is_secret_name(name.replace("-", "_")):
+                if eq:
+                    out.append(f"--{name}={keyed(value)}")
+                    continue
+                secret_next = True
+        out.append(arg)
+    return out
+
+
+def mask_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``env_args`` with the value under every secret-named key (at any depth) replaced by
+    :func:`keyed` (strings) or dropped to its type's name (other values)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if is_secret_name(str(key)) and value:
+            out[str(key)] = keyed(value) if isinstance(value, str) else keyed(repr(value))
+        elif isinstance(value, Mapping):
+            out[str(key)] = mask_mapping(value)
+        else:
+            out[str(key)] = value
+    return out
+
+
+def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A benchmark configuration as JSON (``BenchmarkConfig.model_dump``) with the secrets in
+    ``env_args`` and ``vllm.extra_args`` replaced by :func:`keyed`: what run records hold."""
+    out = dict(config)
+    if isinstance(out.get("env_args"), Mapping):
+        out["env_args"] = mask_mapping(out["env_args"])
+    vllm = out.get("vllm")
+    if isinstance(vllm, Mapping) and vllm.get("extra_args"):
+        out["vllm"] = {**vllm, "extra_args": mask_args(vllm["extra_args"])}
+    return out
