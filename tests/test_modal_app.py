@@ -542,10 +542,16 @@ def test_start_through_the_proxy(
     try:
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", endpoint.base_url)
         assert endpoint.model == "qwen"
-        assert endpoint.headers == ()  # secrets stay in the proxy
+        # Modal's secrets stay in the proxy; the client sends only the session's proxy token.
+        assert endpoint.headers == server.client_headers
         assert endpoint.chat_template == provenance  # read back from the container's log line
         assert server.start() is endpoint
-        response = httpx.get(f"{endpoint.base_url}/models", trust_env=False)
+        # Without the session's token the proxy refuses; with it, it answers.
+        bare = httpx.get(f"{endpoint.base_url}/models", trust_env=False)
+        assert bare.status_code == 401
+        response = httpx.get(
+            f"{endpoint.base_url}/models", headers=dict(endpoint.headers), trust_env=False
+        )
         assert response.json()["data"][0]["id"] == "qwen"
         upstream = {k.lower(): v for k, v in fake_vllm.seen[-1].items()}
         assert upstream["modal-key"] == "wk-test"

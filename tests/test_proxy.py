@@ -27,6 +27,7 @@ import pytest_modal_eval.serving.modal.redirect_proxy as proxy_module
 from pytest_modal_eval.client.direct_client import DirectOpenAI, sdk_http
 from pytest_modal_eval.client.env_proxy import env_proxy
 from pytest_modal_eval.serving.modal.redirect_proxy import (
+    CLIENT_TOKEN_HEADER,
     DEADLINE_HEADER,
     LOG_ROUTE_HEADER,
     ModalProxy,
@@ -74,6 +75,7 @@ def make_proxy(upstream: ModalLikeServer, log_path: Path) -> Iterator[MakeProxy]
         kw: dict[str, Any] = {
             "inject_headers": SECRETS,
             "log_path": log_path,
+            "log_root": log_path.parent.parent,  # the test's tmp_path: routes stay inside it
             "backoff_initial_s": 0.01,
             "backoff_max_s": 0.05,
         } | overrides
@@ -354,6 +356,8 @@ def test_log_lines_routing_and_no_secrets(
 ) -> None:
     routed = tmp_path / "run" / "logs" / "proxy.log"
     rejected = tmp_path / "elsewhere.log"
+    # A proxy.log outside the log root (the output directory) is not written either.
+    outside = tmp_path.parent / f"{tmp_path.name}-outside" / "proxy.log"
     proxy = make_proxy()
 
     response = client.post(
@@ -363,7 +367,12 @@ def test_log_lines_routing_and_no_secrets(
     )
     assert response.status_code == 200
     assert upstream.seen[0].path_qs == f"{CHAT_PATH}?trace=1"  # the query is forwarded...
-    for bad in ["relative/proxy.log", str(rejected), str(tmp_path / "a" / ".." / "proxy.log")]:
+    for bad in [
+        "relative/proxy.log",
+        str(rejected),
+        str(tmp_path / "a" / ".." / "proxy.log"),
+        str(outside),
+    ]:
         assert client.get(f"{proxy.url}/health", headers={LOG_ROUTE_HEADER: bad}).text == "ok"
     # Lines are flushed within a second or so, without waiting for stop().
     deadline = time.monotonic() + 3
@@ -377,8 +386,8 @@ def test_log_lines_routing_and_no_secrets(
     ]
     assert [(d["method"], d["path"], d["status"]) for d in parsed_log(log_path)] == [
         ("GET", "/health", "200")
-    ] * 3
-    assert not rejected.exists()
+    ] * 4
+    assert not rejected.exists() and not outside.exists()
     text = routed.read_text() + log_path.read_text()
     assert not any(secret in text for secret in SECRET_VALUES)
 
@@ -799,3 +808,34 @@ def test_the_deadline_is_the_clients_and_its_504_is_not_retried(
     assert [s.method for s in upstream.seen].count("POST") == 1
     assert took < 5, f"took {took:.1f}s"
     assert [d["status"] for d in parsed_log(log_path)] == ["504"]
+
+
+def test_a_proxy_with_a_client_token_serves_only_clients_that_send_it(
+    make_proxy: MakeProxy, upstream: ModalLikeServer, client: httpx.Client
+) -> None:
+    token = "session-token-7d1f0a"
+    proxy = make_proxy(client_token=token)
+    refused = client.post(f"{proxy.url}{CHAT_PATH}", json=CHAT)
+    wrong = client.post(f"{proxy.url}{CHAT_PATH}", json=CHAT, headers={CLIENT_TOKEN_HEADER: "x"})
+    assert refused.status_code == wrong.status_code == 401
+    assert CLIENT_TOKEN_HEADER in refused.json()["error"]["message"]
+    assert upstream.seen == []  # refused before anything (or any secret) went upstream
+    ok = client.post(f"{proxy.url}{CHAT_PATH}", json=CHAT, headers={CLIENT_TOKEN_HEADER: token})
+    assert ok.status_code == 200
+    assert CLIENT_TOKEN_HEADER not in upstream.seen[0].headers  # the token stays local
+    assert token not in repr(proxy.settings)
+
+
+def test_the_modal_server_sends_its_session_token(tmp_path: Path) -> None:
+    from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
+    from pytest_modal_eval.serving.endpoint import ServerProfile
+    from pytest_modal_eval.serving.modal.backend import ModalServer
+
+    profile = ServerProfile(
+        "modal", "org/m", InfraConfig.model_validate({}), VllmConfig.model_validate({}), None
+    )
+    one = ModalServer(profile, logs_dir=tmp_path, log_root=tmp_path)
+    two = ModalServer(profile, logs_dir=tmp_path, log_root=tmp_path)
+    [(name, value)] = one.client_headers
+    assert name == CLIENT_TOKEN_HEADER and len(value) >= 32
+    assert one.client_headers != two.client_headers  # one secret per server (per session)

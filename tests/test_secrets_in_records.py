@@ -35,7 +35,7 @@ def test_secret_values_are_keyed_not_written() -> None:
     )
     text = json.dumps(fields)
     assert SECRET not in text and "env-secret-123456" not in text and "pw-987654321" not in text
-    assert fields["env_args"] == {  # type: ignore[comparison-overlap]
+    assert fields["env_args"] == {
         "api_key": keyed("env-secret-123456"),
         "nested": {"password": keyed("pw-987654321")},
         "n": 3,

@@ -65,7 +65,11 @@ def _modal_server(profile: ServerProfile, logs: Path, settings: Settings, name: 
     from pytest_modal_eval.serving.modal.backend import ModalServer
 
     return ModalServer(
-        profile, logs_dir=logs, keep_deployment=settings.keep_deployment, served_model_name=name
+        profile,
+        logs_dir=logs,
+        keep_deployment=settings.keep_deployment,
+        served_model_name=name,
+        log_root=settings.output_dir,
     )
 
 

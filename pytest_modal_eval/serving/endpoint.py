@@ -102,7 +102,9 @@ class Endpoint:
     base_url: str  # ends with /v1
     model: str  # the served model name to put in requests
     api_key_env: str | None = None  # variable holding the API key; None: no key is sent
-    headers: tuple[tuple[str, str], ...] = ()  # non-secret headers only
+    # Sent with every request: the local Modal proxy's per-session client token, nothing else
+    # secret. Crosses to xdist workers over loopback; never written to a run's files.
+    headers: tuple[tuple[str, str], ...] = ()
     # The template the server actually uses: {"source": ..., "sha256": ...}; empty if unknown.
     chat_template: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -106,6 +107,7 @@ class ModalServer:
         modal_cli: Sequence[str] | None = None,
         deploy_timeout: float = 1800.0,
         redeploy: bool = False,
+        log_root: Path | None = None,
     ) -> None:
         self.profile = profile
         self.logs_dir = Path(logs_dir)
@@ -122,6 +124,10 @@ class ModalServer:
         self._deployed_here = False
         # Deploy even when the app exists (``pytest-modal-eval deploy``: new scaling settings).
         self.redeploy = redeploy
+        # Runs may route their proxy log lines to files under it (the output directory).
+        self.log_root = log_root
+        # The local proxy serves only this session's clients: they send this with every request.
+        self._client_token = secrets.token_urlsafe(32)
         self.endpoint: Endpoint | None = None
         self.url: str | None = None  # the app's own URL on Modal, once known
         #: Seconds spent deploying and until vLLM answered: the start-up cost users see.
@@ -167,6 +173,8 @@ class ModalServer:
             upstream=url,
             inject_headers=headers,
             log_path=self.logs_dir / PROXY_LOG_NAME,
+            client_token=self._client_token,
+            log_root=self.log_root,
             **{"upstream_proxy": env_proxy(url, self._environ), **self.proxy_options},
         )
         self._proxy = ProxyThread(settings)
@@ -183,6 +191,7 @@ class ModalServer:
         self.endpoint = Endpoint(
             base_url=f"{base}/v1",
             model=self.served_model_name,
+            headers=self.client_headers,
             chat_template=self._chat_template(name),
         )
         return self.endpoint
@@ -210,6 +219,13 @@ class ModalServer:
             self._note(f"reusing deployed app {name} at {url}")
         self.url = url
         return url
+
+    @property
+    def client_headers(self) -> tuple[tuple[str, str], ...]:
+        """What every request to the local proxy carries: this session's client token."""
+        from pytest_modal_eval.serving.modal.redirect_proxy import CLIENT_TOKEN_HEADER
+
+        return ((CLIENT_TOKEN_HEADER, self._client_token),)
 
     def stop(self) -> None:
         proxy, self._proxy = self._proxy, None
@@ -283,7 +299,9 @@ class ModalServer:
         with httpx.Client(trust_env=False) as client:
             while (remaining := deadline - time.monotonic()) > 0:
                 try:
-                    response = client.get(f"{base}/v1/models", timeout=remaining)
+                    response = client.get(
+                        f"{base}/v1/models", timeout=remaining, headers=dict(self.client_headers)
+                    )
                     if response.status_code == 200:
                         ids = [m.get("id") for m in response.json().get("data", [])]
                         if self.served_model_name in ids:

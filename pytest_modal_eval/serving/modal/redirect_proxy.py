@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import hmac
 import logging
 import math
 import os
@@ -59,6 +60,11 @@ _logger = logging.getLogger(__name__)
 
 #: Request header naming the log file (absolute, named ``proxy.log``) for that request's line.
 LOG_ROUTE_HEADER = "X-Modal-Eval-Log"
+#: The per-session secret a client must send when :attr:`ProxySettings.client_token` is set: the
+#: proxy adds the Modal proxy token and the vLLM key, so no other local process may use it.
+CLIENT_TOKEN_HEADER = "X-Modal-Eval-Proxy-Token"
+#: The standalone proxy's client token comes from this environment variable, never the CLI.
+CLIENT_TOKEN_ENV = "MODAL_EVAL_PROXY_CLIENT_TOKEN"
 #: Request header with the client's own request timeout in seconds: the proxy's deadline for
 #: that request (its ``request_deadline_s`` applies when absent or unreadable).
 DEADLINE_HEADER = "X-Modal-Eval-Deadline"
@@ -81,7 +87,15 @@ _HOP_BY_HOP = frozenset(
 # make Modal route to 127.0.0.1, and Expect would stall on a 100-continue nobody sends.
 _ROUTE_KEY = LOG_ROUTE_HEADER.lower()
 _DEADLINE_KEY = DEADLINE_HEADER.lower()
-_DROP_FROM_CLIENT = _HOP_BY_HOP | {"host", "content-length", "expect", _ROUTE_KEY, _DEADLINE_KEY}
+_CLIENT_TOKEN_KEY = CLIENT_TOKEN_HEADER.lower()
+_DROP_FROM_CLIENT = _HOP_BY_HOP | {
+    "host",
+    "content-length",
+    "expect",
+    _ROUTE_KEY,
+    _DEADLINE_KEY,
+    _CLIENT_TOKEN_KEY,
+}
 # The redirect GET must carry no body (Modal rejects it), so no headers describing one either.
 _BODY_HEADERS = ("Content-Type", "Content-Encoding", "Content-Length")
 
@@ -113,6 +127,10 @@ class ProxySettings:
     backoff_max_s: float = 30.0
     log_path: Path | None = None
     upstream_proxy: str | None = None  # an http:// proxy to reach the upstream through
+    # Clients over HTTP must send it (CLIENT_TOKEN_HEADER); None: any local client may.
+    client_token: str | None = None
+    # Routed log files (LOG_ROUTE_HEADER) must lie under it; None: every request logs to log_path.
+    log_root: Path | None = None
 
     def __post_init__(self) -> None:
         url = URL(self.upstream)
@@ -130,6 +148,8 @@ class ProxySettings:
         object.__setattr__(self, "inject_headers", MappingProxyType(dict(self.inject_headers)))
         if self.log_path is not None:
             object.__setattr__(self, "log_path", Path(self.log_path))
+        if self.log_root is not None:
+            object.__setattr__(self, "log_root", Path(self.log_root).resolve())
 
     def __repr__(self) -> str:
         headers = {name: "<redacted>" for name in self.inject_headers}
@@ -138,7 +158,9 @@ class ProxySettings:
             f"request_deadline_s={self.request_deadline_s!r}, max_attempts={self.max_attempts!r}, "
             f"max_redirects={self.max_redirects!r}, backoff_initial_s={self.backoff_initial_s!r}, "
             f"backoff_max_s={self.backoff_max_s!r}, log_path={self.log_path!r}, "
-            f"upstream_proxy={self._proxy_shown()!r})"
+            f"upstream_proxy={self._proxy_shown()!r}, "
+            f"client_token={'<redacted>' if self.client_token else None!r}, "
+            f"log_root={self.log_root!r})"
         )
 
     def _proxy_shown(self) -> str | None:
@@ -214,15 +236,27 @@ class _RequestLog:
                 _logger.warning("proxy: cannot append to %s: %s", path, exc)
 
 
-def _log_route(value: str | None) -> Path | None:
-    """The routed log file, or None (default log) for a missing or unacceptable header."""
+def _log_route(value: str | None, root: Path | None) -> Path | None:
+    """The routed log file, or None (default log) for a missing or unacceptable header: only an
+    absolute ``.../proxy.log`` under ``root`` (the output directory) is taken, so no client can
+    make the proxy append to a file of its choosing."""
     if not value:
         return None
     path = Path(value)
-    if path.is_absolute() and path.name == _LOG_NAME and ".." not in path.parts:
+    if (
+        root is not None
+        and path.is_absolute()
+        and path.name == _LOG_NAME
+        and ".." not in path.parts
+        and path.resolve().is_relative_to(root)
+    ):
         return path
     _logger.warning(
-        "proxy: ignoring %s (want an absolute .../%s): %r", LOG_ROUTE_HEADER, _LOG_NAME, value
+        "proxy: ignoring %s (want an absolute .../%s under %s): %r",
+        LOG_ROUTE_HEADER,
+        _LOG_NAME,
+        root,
+        value,
     )
     return None
 
@@ -337,6 +371,15 @@ class ModalProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.http_requests += 1
+        token = self.settings.client_token
+        if token is not None and not hmac.compare_digest(
+            request.headers.get(CLIENT_TOKEN_HEADER, "").encode(), token.encode()
+        ):
+            return _error(
+                401,
+                "proxy_auth",
+                f"this proxy serves only its own session: send its {CLIENT_TOKEN_HEADER}",
+            )
         route = request.headers.get(LOG_ROUTE_HEADER)
         with self._logged(request.method, request.rel_url.raw_path, route) as outcome:
             return await self._proxy(request, outcome)
@@ -425,7 +468,7 @@ class ModalProxy:
                 stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
                 # raw_path keeps the path percent-encoded (one line, no spaces) and the query off.
                 log.add(
-                    _log_route(route),
+                    _log_route(route, self.settings.log_root),
                     f"{stamp} {method} {raw_path} status={outcome.status}"
                     f" hops={outcome.hops} attempts={outcome.attempts}"
                     f" latency_ms={(time.perf_counter() - started) * 1000:.0f}",
@@ -685,7 +728,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_modal_eval.serving.modal.redirect_proxy",
         description="Local proxy that follows Modal's 303 protocol and injects auth headers. "
-        "Secrets come only from MODAL_PROXY_TOKEN_ID, MODAL_PROXY_TOKEN_SECRET and VLLM_API_KEY.",
+        "Secrets come only from MODAL_PROXY_TOKEN_ID, MODAL_PROXY_TOKEN_SECRET and VLLM_API_KEY; "
+        f"with {CLIENT_TOKEN_ENV} set, clients must send it as {CLIENT_TOKEN_HEADER}.",
     )
     parser.add_argument("--upstream", required=True, metavar="URL", help="endpoint base URL")
     parser.add_argument(
@@ -701,6 +745,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="FILE",
         help="default request log file (default: none)",
+    )
+    parser.add_argument(
+        "--log-root",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"accept {LOG_ROUTE_HEADER} routes to .../proxy.log files under DIR only "
+        "(default: none, every line goes to --log)",
     )
     parser.add_argument(
         "--deadline",
@@ -721,6 +773,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_from_env(
             args.upstream,
             log_path=args.log,
+            log_root=args.log_root,
+            client_token=os.environ.get(CLIENT_TOKEN_ENV) or None,
             request_deadline_s=args.deadline,
             max_attempts=args.max_attempts,
         )
