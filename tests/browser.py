@@ -30,9 +30,13 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """A headless Chromium (``playwright.sync_api.Browser``), shared by the session."""
+    """A headless Chromium (``playwright.sync_api.Browser``), shared by one test module.
+
+    Not by the session: while Playwright's sync API is open its event loop counts as running
+    in this thread, and every later test that calls ``asyncio.run`` would fail.
+    """
     executable = chromium_path()
     if executable is None:
         missing("no chromium binary: apt-get install -y chromium (scripts/setup.sh does)")
