@@ -134,9 +134,16 @@ def mask_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
 def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A benchmark configuration as JSON (``BenchmarkConfig.model_dump``) with the secrets in
     ``env_args`` and ``vllm.extra_args`` replaced by :func:`keyed`: what run records hold."""
-    out = dict(config)
+    out = mask_profile(config)
     if isinstance(out.get("env_args"), Mapping):
         out["env_args"] = mask_mapping(out["env_args"])
+    return out
+
+
+def mask_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """A server profile (``ServerRequest.profile``) with its ``vllm.extra_args`` secrets replaced
+    by :func:`keyed`: what ``run_config.json`` records as ``server_profile``."""
+    out = dict(profile)
     vllm = out.get("vllm")
     if isinstance(vllm, Mapping) and vllm.get("extra_args"):
         out["vllm"] = {**vllm, "extra_args": mask_args(vllm["extra_args"])}

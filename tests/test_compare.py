@@ -267,3 +267,25 @@ def test_compare_refuses_runs_of_different_benchmarks(project: BenchmarkProject)
     assert status == 2 and "compare runs of one benchmark" in out
     status, out = _compare(run_a, str(project.pytester.path))
     assert status == 2 and "is not a run directory (no metadata.json)" in out
+
+
+def test_adding_a_model_keeps_the_finished_runs_of_the_first(project: BenchmarkProject) -> None:
+    """Items are named `bench--model` once several --model are given; the first model's run
+    made under the plain name is still found (in its run directory) and not evaluated again."""
+    project.add("alpha", n=N)
+    project.run().assert_outcomes(passed=1)
+    extra = two_models(project, 0.9, 0.6)
+    project.server.configure(reset_stats=True)
+    project.run(*extra).assert_outcomes(passed=2)
+    stats = project.server.stats()
+    assert stats.get(f"chat_requests:{REFERENCE}", 0) == 0
+    assert stats[f"chat_requests:{CHALLENGER}"] == N
+
+
+def test_vs_reference_fails_when_no_comparison_was_made(project: BenchmarkProject) -> None:
+    """A gate must never go green by not running: a deselected reference fails the gate."""
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1, vs_reference: {alpha: 0.05}}")
+    extra = two_models(project, 0.9, 0.9)
+    result = project.run(*extra, "-k", "model-b")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*gate.vs_reference: no comparison with the reference model*"])

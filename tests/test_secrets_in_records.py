@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_modal_eval.redact import keyed, mask_args, mask_config, mask_mapping
+from pytest_modal_eval.redact import keyed, mask_args, mask_config, mask_mapping, mask_profile
 from pytest_modal_eval.runs.resume import answer_fields, canonical_hash
 from tests.conftest import BenchmarkProject
 
@@ -57,6 +57,11 @@ def test_a_changed_secret_changes_the_key() -> None:
     assert canonical_hash(_fields({}, ["--api-key", "a-secret-1"])) != canonical_hash(
         _fields({}, ["--api-key", "a-secret-2"])
     )
+
+
+def test_mask_profile_masks_the_server_profiles_extra_args() -> None:
+    profile = {"backend": "local", "model": "m", "vllm": {"extra_args": [f"--api-key={SECRET}"]}}
+    assert SECRET not in json.dumps(mask_profile(profile))
 
 
 def test_mask_config_masks_env_args_and_extra_args() -> None:

@@ -90,7 +90,8 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
         output_dir=settings.output_dir,
         index_key=item.nodeid,
         cache=getattr(session.config, "cache", None),
-        fresh=settings.fresh,
+        # --cache-clear starts over too, although the run directories would still be found.
+        fresh=settings.fresh or bool(getattr(session.config.option, "cacheclear", False)),
         server=request.profile(),
         endpoint_identity=request.endpoint_identity,
         applies_template=None if request.backend == "endpoint" else request.applies_template,
@@ -197,6 +198,14 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     comparison, baseline_note, recorded = _baseline(item, current, snapshot, stored)
     reference, reference_note = _reference(session, item, current)
     verdict = judge(outcome, config.gate, comparison, reference)
+    if reference is None and item.reference is not None and config.gate.vs_reference is not None:
+        # A gate must never go green by not running: without the comparison it was set to
+        # make (the reference deselected, reordered after this item, or without results).
+        verdict.passed = False
+        verdict.reasons.append(
+            f"gate.vs_reference: no comparison with the reference model {item.reference} was "
+            f"possible ({reference_note or 'no results'}); run it in the same session"
+        )
     if recorded and not verdict.passed:
         # A baseline is what later runs are judged against: one from a failing run needs a word.
         verdict.warnings.append(

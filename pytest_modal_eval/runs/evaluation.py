@@ -22,7 +22,7 @@ from pytest_modal_eval.client.answer_journal import AnswerJournal
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, match_rollouts
 from pytest_modal_eval.config.loader import Benchmark
 from pytest_modal_eval.config.schema import BenchmarkConfig
-from pytest_modal_eval.redact import mask_config
+from pytest_modal_eval.redact import mask_config, mask_profile
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.identity import ModelIdentity, describe_change, describe_weights
 from pytest_modal_eval.runs.paths import RunPaths, benchmark_dir
@@ -670,7 +670,7 @@ def _run_config(
         "benchmark": request.benchmark.name,
         "benchmark_file": str(request.benchmark.path),
         "env_id": config.env_id,
-        "server_profile": request.server,
+        "server_profile": mask_profile(request.server),
         "endpoint": info.endpoint.base_url,
         "chat_template": info.chat_template or None,
         "server_startup": info.startup or None,

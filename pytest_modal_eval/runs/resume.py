@@ -127,10 +127,13 @@ class RunIndex:
         self.benchmark_dir = benchmark_dir  # {output}/{benchmark}--{org}--{model}
 
     def _entries(self) -> dict[str, dict[str, Any]]:
-        if self.cache is None:
+        value = None if self.cache is None else self.cache.get(self.key, None)
+        if not isinstance(value, dict):
+            # No cache provider, or no entry under this item's key (the cache was cleared, or
+            # the item is named differently now, e.g. `bench--model` once several --model are
+            # given): the run directories themselves are the index, so no finished work is lost.
             return self._scan()
-        value = self.cache.get(self.key, None)
-        return dict(value.get("runs", {})) if isinstance(value, dict) else {}
+        return dict(value.get("runs", {}))
 
     def _scan(self) -> dict[str, dict[str, Any]]:
         # No cache provider: the run directories themselves are the index.
