@@ -294,11 +294,9 @@ def _reference(
         return None, f"the reference model {model} had not been evaluated yet: no comparison"
     if isinstance(found, NoReference):
         return None, f"no results of the reference model {model} ({found.reason}): no comparison"
-    if found.config_hash != current.config_hash:
-        return None, (
-            f"the reference model {model} was evaluated under a different configuration "
-            "(was a chat template found for one model only?): no comparison"
-        )
+    # No configuration check: both items come from the same YAML and overrides in this session,
+    # so what can differ is each model's own (its chat template, its weights), which is what is
+    # being compared.
     gate = item.benchmark.config.gate.vs_reference
     comparison = compare_paired(
         found.per_example,
