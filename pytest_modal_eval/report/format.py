@@ -20,10 +20,11 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def fmt_any(value: Any) -> str:
-    """:func:`fmt` for a value that crossed xdist as a property (a float, or "nan")."""
+def fmt_any(value: Any, digits: int = 3) -> str:
+    """:func:`fmt` for a value of any type (a property that crossed xdist, a JSON value):
+    ``n/a`` unless it reads as a finite number."""
     try:
-        return fmt(float(value))
+        return fmt(float(value), digits)
     except (TypeError, ValueError):
         return "n/a"
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import jinja2
 
+from pytest_modal_eval.report.format import fmt_any
 from pytest_modal_eval.runs.paths import RunPaths, iter_runs, runs_in
 
 #: Characters of a prompt or completion kept in the page; the rest is in results.jsonl.
@@ -337,11 +338,6 @@ def _json_for_script(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    number = _float(value)
-    return "n/a" if number is None else f"{number:.{digits}f}"
-
-
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "n/a"
@@ -368,7 +364,7 @@ def render(benchmarks: Sequence[Benchmark], title: str = "Evaluation report") ->
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["fmt"] = _fmt
+    env.filters["fmt"] = fmt_any
     env.filters["duration"] = _duration
     env.filters["json_value"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
     assets = resources.files("pytest_modal_eval.report") / "templates"

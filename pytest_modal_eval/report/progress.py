@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_modal_eval.report.format import fmt
+
 if TYPE_CHECKING:
     from pytest_modal_eval.runs.evaluation import ExampleResult
 
@@ -50,7 +52,7 @@ def example_fields(result: ExampleResult) -> dict[str, str]:
     fields = {
         "reward": reward,
         "done": f"{result.done}/{result.total}",
-        "mean": f"{mean:.3f}" if mean is not None and math.isfinite(mean) else "n/a",
+        "mean": fmt(mean),
     }
     if result.resumed:
         fields["resumed"] = "yes"
