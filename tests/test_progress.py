@@ -116,7 +116,7 @@ def _run_on_a_pty(args: list[str], cwd: str, timeout: float = 120.0) -> str:
 
 def test_in_place_lines_on_a_terminal(project: BenchmarkProject) -> None:
     project.add("arith", n=30)
-    project.server.configure(delay=0.02)  # long enough for several redraws
+    project.server.configure(delay=0.02)
     output = _run_on_a_pty(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *project.args()],
         str(project.pytester.path),
@@ -126,7 +126,7 @@ def test_in_place_lines_on_a_terminal(project: BenchmarkProject) -> None:
     assert "progress: " not in plain  # no plain lines on a terminal
     # Each drawing: erase below, the line, then back up to pytest's line (ESC [ 1 A).
     drawings = re.findall(r"\x1b\[J\r?\n(arith  \d+/30[^\x1b]*)\x1b\[1A", output)
-    assert drawings, output
+    assert drawings, repr(output)
     assert all("errors 0" in line for line in drawings)
     # The block is gone before pytest writes its result: the line ends erased, then ".".
     assert re.search(r"\x1b\[J(\x1b\[[0-9;]*m)*\.", output), output

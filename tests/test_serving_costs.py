@@ -8,6 +8,7 @@ app and of its chat template are replaced, since they talk to Modal.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,12 @@ def test_modal_run_reports_startup_server_time_gpu_hours_and_cost(
         "[pytest]\naddopts = -p no:randomly\nmodal_eval_gpu_prices =\n    A100-80GB = 36\n"
     )
     project.server.configure(model="org/x", require_key=PROXY_ENV["VLLM_API_KEY"])
-    monkeypatch.setattr(ModalServer, "_web_url", lambda self, name: project.server.url)
+
+    def found_after_a_lookup(self: ModalServer, name: str) -> str:
+        time.sleep(0.3)  # a start-up long enough to show at the recorded 0.1 s precision
+        return project.server.url
+
+    monkeypatch.setattr(ModalServer, "_web_url", found_after_a_lookup)
     provenance = {"source": "model:tokenizer_config.json", "sha256": "cd" * 32}
     monkeypatch.setattr(ModalServer, "_read_template_dict", lambda self, name: provenance)
 

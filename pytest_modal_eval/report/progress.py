@@ -225,12 +225,12 @@ class LiveProgress:
     def _draw(self, now: float) -> None:
         if not self._tty:
             return
-        self._last_draw = now
         terminal = self.config.get_terminal_writer()
         lines = [p.line(now) for p in self.running.values()]
         if not lines:
             self._erase()
             return
+        self._last_draw = now  # only a drawing counts: a benchmark's first example draws at once
         width = max(20, terminal.fullwidth - 1)
         column = terminal.width_of_current_line
         # Erase, draw below the current line, and go back to where pytest's cursor was.
