@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pytest_modal_eval.exceptions import ShareError
@@ -97,12 +97,22 @@ def keyed(value: str) -> str:
 
 def mask_args(args: Iterable[Any]) -> list[Any]:
     """A command line (``vllm.extra_args``) with the value of every secret-named flag
-    (``--api-key X``, ``--hf-token=X``) replaced by :func:`keyed`."""
+    (``--api-key X``, ``--hf-token=X``) replaced by :func:`keyed`: what run records hold."""
+    return _replace_secret_args(args, keyed)
+
+
+def redact_args(args: Iterable[Any]) -> list[Any]:
+    """A command line with the value of every secret-named flag replaced by ``[redacted]``:
+    what a log shows of a command it ran."""
+    return _replace_secret_args(args, lambda _: REDACTED)
+
+
+def _replace_secret_args(args: Iterable[Any], replace: Callable[[str], str]) -> list[Any]:
     out: list[Any] = []
     secret_next = False
     for arg in args:
         if secret_next and isinstance(arg, str):
-            out.append(keyed(arg))
+            out.append(replace(arg))
             secret_next = False
             continue
         secret_next = False
@@ -110,7 +120,7 @@ def mask_args(args: Iterable[Any]) -> list[Any]:
             name, eq, value = arg[2:].partition("=")
             if is_secret_name(name.replace("-", "_")):
                 if eq:
-                    out.append(f"--{name}={keyed(value)}")
+                    out.append(f"--{name}={replace(value)}")
                     continue
                 secret_next = True
         out.append(arg)

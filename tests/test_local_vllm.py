@@ -40,6 +40,7 @@ pytestmark = pytest.mark.vllm
 
 REPO = Path(__file__).resolve().parent.parent
 SERVED = "tiny"
+HF_TOKEN_VALUE = "hf_notarealtokenbutsecret123"
 MESSAGES = [
     {"role": "system", "content": "Put the final answer in \\boxed{}."},
     {"role": "user", "content": "What is 12 + 30?"},
@@ -155,7 +156,8 @@ def shared(
         taken.listen()
         taken_port = taken.getsockname()[1]
         server = LocalVllmServer(
-            make_profile(bare_model),
+            # A secret flag: neither our note of the command nor vLLM's own log may show it.
+            make_profile(bare_model, extra_args=["--hf-token", HF_TOKEN_VALUE]),
             logs_dir=tmp_path_factory.mktemp("shared-vllm"),
             python=vllm_python,
             served_model_name=SERVED,
@@ -215,6 +217,13 @@ def test_a_taken_port_is_retried_on_another(shared: Shared) -> None:
     log = shared.server.log_path.read_text()
     assert "Address already in use" in log
     assert f"port {shared.taken_port} was taken; retrying on another port" in log
+
+
+def test_the_log_shows_no_secret_from_extra_args(shared: Shared) -> None:
+    log = shared.server.log_path.read_text()
+    assert "--hf-token '[redacted]'" in log  # our note of the command
+    assert "non-default args" in log  # vLLM's own account of its arguments, redacted by vLLM
+    assert HF_TOKEN_VALUE not in log
 
 
 def test_clean_shutdown(shared: Shared) -> None:

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_modal_eval.redact import keyed, mask_args, mask_config, mask_mapping, mask_profile
+from pytest_modal_eval.redact import (
+    REDACTED,
+    keyed,
+    mask_args,
+    mask_config,
+    mask_mapping,
+    mask_profile,
+    redact_args,
+)
 from pytest_modal_eval.runs.resume import answer_fields, canonical_hash
 from tests.conftest import BenchmarkProject
 
@@ -47,6 +55,13 @@ def test_secret_values_are_keyed_not_written() -> None:
     assert mask_mapping({"max_tokens": 5, "token_usage": True}) == {
         "max_tokens": 5, "token_usage": True,
     }  # fmt: skip
+
+
+def test_a_logged_command_shows_no_secret_flag_value() -> None:
+    cmd = ["vllm", "serve", "m", "--hf-token", SECRET, f"--api-key={SECRET}", "--max-tokens", "5"]
+    assert redact_args(cmd) == [
+        "vllm", "serve", "m", "--hf-token", REDACTED, f"--api-key={REDACTED}", "--max-tokens", "5",
+    ]  # fmt: skip
 
 
 def test_a_changed_secret_changes_the_key() -> None:

@@ -26,6 +26,7 @@ import httpx
 
 import pytest_modal_eval
 from pytest_modal_eval.exceptions import ServingError
+from pytest_modal_eval.redact import redact_args
 from pytest_modal_eval.serving.chat_template import parse_log_line
 from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile, log_tail
 from pytest_modal_eval.serving.modal import app as modal_app
@@ -355,7 +356,7 @@ class ModalServer:
     ) -> int | None:
         """Run the Modal CLI with its output appended to our log; None when it timed out."""
         cmd = [*self._cli, *args]
-        self._note(f"$ {shlex.join(cmd)}")
+        self._note(f"$ {shlex.join(redact_args(cmd))}")
         with self.log_path.open("a", encoding="utf-8") as log:
             try:
                 return subprocess.run(

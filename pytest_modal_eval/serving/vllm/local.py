@@ -16,6 +16,7 @@ spawned the child exits, and servers are started from worker threads (the xdist 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from pytest_modal_eval.exceptions import ServingError
+from pytest_modal_eval.redact import redact_args
 from pytest_modal_eval.serving.chat_template import load_fallback, resolve_for_model
 from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile, log_tail
 from pytest_modal_eval.serving.vllm.command import vllm_args, vllm_command
@@ -255,7 +257,7 @@ class LocalVllmServer:
         # A local server on 127.0.0.1 needs no key, and an inherited one would make our own
         # readiness probe (and every client) fail with 401.
         env.pop("VLLM_API_KEY", None)
-        self._note(f"$ {' '.join(cmd)}")
+        self._note(f"$ {shlex.join(redact_args(cmd))}")
         supervised = [self.python, "-c", _SUPERVISOR, str(os.getpid()), str(self.stop_grace_s)]
         with self.log_path.open("ab") as log:
             try:
