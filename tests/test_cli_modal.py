@@ -61,6 +61,13 @@ def record(name: str, model: str, tags: dict[str, str] | None = None) -> AppReco
     )
 
 
+@pytest.fixture(autouse=True)
+def _no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    # deploy_spec asks the Hub which commit a model is; here a closed port answers at once.
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+
 @pytest.fixture
 def apps() -> FakeApps:
     return FakeApps(

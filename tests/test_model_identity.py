@@ -23,7 +23,7 @@ from tests.support.hub_models import FakeHub
 from tests.support.vllm_check import FAKE_VLLM_ROOT
 from tests.test_deployments import LocalRuns
 
-A, B = "a" * 40, "b" * 40
+A, B, C = "a" * 40, "b" * 40, "c" * 40
 
 
 class DictCache:
@@ -110,6 +110,45 @@ def test_unreachable_or_offline_hub_leaves_the_weights_unchecked(
     assert "HF_HUB_OFFLINE" in str(hub_identity("org/m", None).unchecked)
 
 
+def _cache_commit(cache: Path, repo_id: str, commit: str, ref: str = "main") -> None:
+    """A Hugging Face cache holding ``repo_id`` at ``commit`` for ``ref``, laid out as
+    huggingface_hub writes it: ``refs/<ref>`` names the commit, its files under
+    ``snapshots/<commit>/``."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / ref).write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (snapshot / "config.json").write_text("{}")
+
+
+def test_cached_commit_is_used_only_for_a_server_on_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _cache_commit(tmp_path, "org/m", A)
+    _cache_commit(tmp_path, "org/m", B, ref="v1")
+    here = hub_identity("org/m", None, cache_serves=True)
+    assert here.key == {"kind": "hub", "revision": None, "commit": A}
+    assert here.record["resolved"] == "local cache" and here.unchecked is None
+    assert hub_identity("org/m", "v1", cache_serves=True).key == {
+        "kind": "hub", "revision": "v1", "commit": B,
+    }  # fmt: skip
+    # On Modal the local cache says nothing about what the container loads.
+    assert hub_identity("org/m", None).key is None
+    assert hub_identity("org/uncached", None, cache_serves=True).key is None
+    assert hub_identity("./not/an/id", None, cache_serves=True).key is None
+
+
+def _revision(start: dict[str, Any]) -> str | None:
+    """The ``--revision`` a fake vLLM start was given."""
+    argv = start["argv"]
+    return argv[argv.index("--revision") + 1] if "--revision" in argv else None
+
+
 # --- through the plugin -----------------------------------------------------------------------
 
 
@@ -168,6 +207,7 @@ def test_new_hub_commit_is_evaluated_again_and_unchecked_reuse_says_so(
         )
 
     run().assert_outcomes(passed=1)
+    assert _revision(local.started()[0]) == A  # vLLM serves the commit the key names
     again = run()
     again.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
     assert len(local.started()) == 1
@@ -176,6 +216,7 @@ def test_new_hub_commit_is_evaluated_again_and_unchecked_reuse_says_so(
     pushed = run()
     pushed.assert_outcomes(passed=1)
     assert len(local.started()) == 2
+    assert _revision(local.started()[1]) == B
     pushed.stdout.fnmatch_lines(
         [f"alpha: note: the model changed since run *: commit {A[:12]} -> {B[:12]}; starting*"]
     )
@@ -192,6 +233,21 @@ def test_new_hub_commit_is_evaluated_again_and_unchecked_reuse_says_so(
             f"commit {B[:12]}*"
         ]
     )
+
+    # A vLLM on this machine loads the local Hugging Face cache when the Hub cannot be asked:
+    # the cached commit is then what answers, and it is checked against the finished run.
+    cache = project.pytester.path / "hf-cache"
+    _cache_commit(cache, "org/x", B)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    cached = run()
+    cached.assert_outcomes(passed=1)
+    cached.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
+    assert "could NOT be checked" not in cached.stdout.str()
+    _cache_commit(cache, "org/x", C)  # the cache moved on (a download made elsewhere)
+    moved = run()
+    moved.assert_outcomes(passed=1)
+    assert len(local.started()) == 3 and _revision(local.started()[2]) == C
+    moved.stdout.fnmatch_lines([f"*commit {B[:12]} -> {C[:12]}; starting*"])
 
 
 @pytest.mark.usefixtures("hub")
@@ -248,4 +304,66 @@ def test_endpoint_that_cannot_say_what_it_serves_reuses_a_finished_run_with_a_no
             "say which model it serves (endpoint * is unreachable*made with weights id "
             "test-model, root /ckpt/a*"
         ]
+    )
+
+
+def test_modal_serves_the_commit_and_deploy_names_the_same_app(
+    project: BenchmarkProject, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployed app keeps what it fetched: the commit is in its spec, so a push gives another
+    app, and `pytest-modal-eval deploy` names the app a run at the same commit looks for."""
+    from pytest_modal_eval.cli.deploy import deploy_spec
+    from pytest_modal_eval.serving.modal.backend import ModalServer
+    from tests.test_modal_app import PROXY_ENV
+
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-test")
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-test")
+    for var, value in PROXY_ENV.items():
+        monkeypatch.setenv(var, value)
+    yaml = project.add("alpha", n=2)
+    project.server.configure(model="org/x", require_key=PROXY_ENV["VLLM_API_KEY"])
+    looked_up: list[tuple[str, str | None]] = []
+
+    def web_url(self: ModalServer, name: str) -> str:
+        looked_up.append((name, self.profile.vllm.revision))
+        return project.server.url
+
+    monkeypatch.setattr(ModalServer, "_web_url", web_url)
+    monkeypatch.setattr(ModalServer, "_read_template_dict", lambda self, name: {"source": "m"})
+    hub.commits["org/x"] = {"main": A}
+
+    project.pytester.runpytest("--model", "org/x", "--backend", "modal").assert_outcomes(passed=1)
+    assert looked_up == [(deploy_spec("org/x", yaml, []).app_name(), A)]
+
+    hub.commits["org/x"]["main"] = B
+    project.pytester.runpytest("--model", "org/x", "--backend", "modal").assert_outcomes(passed=1)
+    assert looked_up[1] == (deploy_spec("org/x", yaml, []).app_name(), B)
+    assert looked_up[1][0] != looked_up[0][0]
+
+
+def test_a_server_started_at_an_older_commit_is_not_used_for_a_newer_key(
+    project: BenchmarkProject, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under xdist each worker asks the Hub; a push between their lookups gives two keys for
+    one server profile. The benchmark whose key names another commit than the server's stops."""
+    pytest.importorskip("xdist")
+    from pytest_modal_eval.serving.modal.backend import ModalServer
+    from tests.test_modal_app import PROXY_ENV
+
+    monkeypatch.setenv("MODAL_TOKEN_ID", "ak-test")
+    monkeypatch.setenv("MODAL_TOKEN_SECRET", "as-test")
+    for var, value in PROXY_ENV.items():
+        monkeypatch.setenv(var, value)
+    project.add("alpha", n=2)
+    project.add("beta", n=2)
+    project.server.configure(model="org/x", require_key=PROXY_ENV["VLLM_API_KEY"])
+    monkeypatch.setattr(ModalServer, "_web_url", lambda self, name: project.server.url)
+    monkeypatch.setattr(ModalServer, "_read_template_dict", lambda self, name: {"source": "m"})
+    hub.commits["org/x"] = {"main": A}
+    hub.pushes.append(("org/x", "main", B))  # lands after the first lookup
+
+    result = project.pytester.runpytest("--model", "org/x", "--backend", "modal", "-n", "2")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*org/x resolved to commit * for this benchmark, but its server was started at *"]
     )

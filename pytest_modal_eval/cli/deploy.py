@@ -26,6 +26,7 @@ def deploy_spec(
     """The spec ``pytest --model MODEL`` would deploy for this benchmark (plus ``--warm``)."""
     from pytest_modal_eval.config.loader import load_benchmark
     from pytest_modal_eval.exceptions import BenchmarkError
+    from pytest_modal_eval.runs.identity import hub_identity
     from pytest_modal_eval.serving.endpoint import ServerProfile
 
     parsed = [parse_override(text) for text in overrides]
@@ -39,7 +40,13 @@ def deploy_spec(
     template = config.chat_template
     if template is not None and template.endswith(".jinja"):
         template = str((benchmark.path.parent / template).resolve())
-    profile = ServerProfile("modal", model, config.infra, config.vllm, template)
+    vllm = config.vllm
+    # At the commit the Hub names now, as `pytest --model MODEL` starts it (item_run.pin_revision),
+    # so that run finds this app by name.
+    commit = (hub_identity(model, vllm.revision).key or {}).get("commit")
+    if commit is not None and vllm.revision != commit:
+        vllm = vllm.model_copy(update={"revision": commit})
+    profile = ServerProfile("modal", model, config.infra, vllm, template)
     return DeploySpec.for_profile(profile, model)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from pytest_modal_eval.runs.identity import (
     local_identity,
     served_identity,
 )
+from pytest_modal_eval.serving.backends import backend
 from pytest_modal_eval.serving.deployments import endpoint_source
 from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
 from pytest_modal_eval.stats.summary import PairedComparison, compare_paired
@@ -105,12 +106,31 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     if run.finished_without_server() is not None:
         item.stash[PREPARED_KEY] = Prepared(run, None, stored)
         return
+    request = pin_revision(request, identity)
     try:
         info = endpoint_source(session.config).endpoint_for(request, item.nodeid)
         session.checker.check(info.endpoint, timeout=info.check_timeout)
     except (EndpointError, ServerStartError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+    served = (info.profile.get("vllm") or {}).get("revision")
+    if request.pinned_revision is not None and served != request.pinned_revision:
+        raise EvalProblem(
+            f"{item.benchmark.name}: {item.model} resolved to commit {request.pinned_revision} "
+            f"for this benchmark, but its server was started at {served} for another (the Hub "
+            "moved during the session). Run again, or pin vllm.revision to a commit."
+        )
     item.stash[PREPARED_KEY] = Prepared(run, info, stored)
+
+
+def pin_revision(request: ServerRequest, identity: ModelIdentity) -> ServerRequest:
+    """``request`` started at the Hub commit its model's identity names, when ``vllm.revision``
+    names none: otherwise vLLM would fetch whatever the branch points to when it starts (or,
+    on Modal, a warm deployment would keep serving what it fetched before)."""
+    key = identity.key or {}
+    commit = key.get("commit") if key.get("kind") == "hub" else None
+    if not isinstance(commit, str) or request.vllm.get("revision") == commit:
+        return request
+    return replace(request, pinned_revision=commit)
 
 
 def model_identity(session: EvalSession, request: ServerRequest) -> ModelIdentity:
@@ -128,7 +148,11 @@ def model_identity(session: EvalSession, request: ServerRequest) -> ModelIdentit
             store = FingerprintStore(getattr(session.config, "cache", None))
             found = local_identity(Path(request.model).expanduser(), store)
         else:
-            found = hub_identity(request.model, revision)
+            # A vLLM on this machine loads the local Hugging Face cache when the Hub cannot be
+            # asked, so there the cached commit is what answers.
+            found = hub_identity(
+                request.model, revision, cache_serves=backend(request.backend).runs_here
+            )
         session.identities[memo] = found
     return session.identities[memo]
 

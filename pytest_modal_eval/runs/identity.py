@@ -8,7 +8,9 @@ which weights answer: a checkpoint directory is overwritten, a Hub id gets a new
   weights takes time, so the digest is kept with the files' names, sizes and times; while
   those are unchanged, the kept digest is used.
 - a Hub id: the commit it resolves to (:func:`hub_identity`): ``vllm.revision`` when that is a
-  commit, else the commit the Hub names for the revision (default ``main``) right now.
+  commit, else the commit the Hub names for the revision (default ``main``) right now, or,
+  for a server on this machine when the Hub cannot be asked, the commit in the local cache.
+  The server is then started at that commit (``collect.item_run.pin_revision``).
 - a ``--base-url`` endpoint: what its ``/v1/models`` says of the served model
   (:func:`served_identity`): its id, ``root`` (the path vLLM loaded) and ``max_model_len``.
 
@@ -134,16 +136,52 @@ def local_identity(directory: Path, store: FingerprintStore) -> ModelIdentity:
     return ModelIdentity({"kind": "local", "digest": digest}, record)
 
 
-def hub_identity(model: str, revision: str | None, timeout: float = HUB_TIMEOUT) -> ModelIdentity:
+def hub_identity(
+    model: str,
+    revision: str | None,
+    timeout: float = HUB_TIMEOUT,
+    *,
+    cache_serves: bool = False,
+) -> ModelIdentity:
     """The commit a Hub id resolves to at ``revision`` (None: ``main``), asked of the Hub now
-    with huggingface_hub (``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` apply)."""
+    with huggingface_hub (``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` apply).
+
+    ``cache_serves``: the server runs on this machine, so when the Hub cannot be asked it
+    loads the local Hugging Face cache, and the commit cached for ``revision`` is what answers.
+    """
     base: dict[str, Any] = {"kind": "hub", "revision": revision}
     if revision is not None and _COMMIT.fullmatch(revision):
         key = {**base, "commit": revision}
         return ModelIdentity(key, {**key, "id": model, "resolved": "vllm.revision"})
+    found = _ask_hub(model, revision, timeout)
+    if isinstance(found, ModelIdentity):
+        return found
+    cached = cached_commit(model, revision) if cache_serves else None
+    if cached is not None:
+        key = {**base, "commit": cached}
+        return ModelIdentity(key, {**key, "id": model, "resolved": "local cache"})
+    return ModelIdentity(None, {**base, "id": model, "commit": None}, found)
+
+
+def cached_commit(model: str, revision: str | None) -> str | None:
+    """The commit of ``model`` at ``revision`` (None: ``main``) in the local Hugging Face
+    cache (``HF_HUB_CACHE``), which a vLLM on this machine loads offline; None if not cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(model, "config.json", revision=revision)
+    except Exception:  # an id the cache cannot hold (a path, a malformed id): not cached
+        return None
+    # The cache keeps a revision's files under snapshots/<commit>/.
+    commit = Path(found).parent.name if isinstance(found, str) else ""
+    return commit if _COMMIT.fullmatch(commit) else None
+
+
+def _ask_hub(model: str, revision: str | None, timeout: float) -> ModelIdentity | str:
+    """The Hub's answer as an identity, or why there is none."""
+    base: dict[str, Any] = {"kind": "hub", "revision": revision}
     if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
-        reason = f"HF_HUB_OFFLINE is set: the Hub was not asked which commit {model} is"
-        return ModelIdentity(None, {**base, "id": model, "commit": None}, reason)
+        return f"HF_HUB_OFFLINE is set: the Hub was not asked which commit {model} is"
     try:
         from huggingface_hub import HfApi
 
@@ -154,10 +192,9 @@ def hub_identity(model: str, revision: str | None, timeout: float = HUB_TIMEOUT)
         problem = None if commit else "the Hub's answer named no commit"
     except Exception as exc:  # offline, unreachable, gated, unknown: all mean "cannot check"
         commit, problem = None, f"{type(exc).__name__}: {_first_line(exc)}"
-    at = f"{model}@{revision or 'main'}"
     if commit is None:
-        reason = f"the Hugging Face Hub could not say which commit {at} is ({problem})"
-        return ModelIdentity(None, {**base, "id": model, "commit": None}, reason)
+        at = f"{model}@{revision or 'main'}"
+        return f"the Hugging Face Hub could not say which commit {at} is ({problem})"
     key = {**base, "commit": commit}
     return ModelIdentity(key, {**key, "id": model, "resolved": "hub"})
 

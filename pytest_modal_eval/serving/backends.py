@@ -125,7 +125,7 @@ def start_server(
     """Start (or, for Modal, reuse) the server for ``request``; raise ``ServingError`` if not."""
     spec = backend(request.backend)
     assert spec.make_server is not None, f"{spec.name} starts no server"
-    profile_json: dict[str, Any] = dict(request.profile())
+    profile_json: dict[str, Any] = request.served_profile()
     model_dir = Path(request.model).expanduser()
     if spec.runs_here and model_dir.is_dir():
         # vLLM runs with its own working directory semantics; give it an absolute path.
@@ -138,7 +138,7 @@ def start_server(
     info = EndpointInfo(
         # api_key_env stays None: the proxy (Modal) injects credentials; local vLLM has none.
         endpoint=served,
-        profile=request.profile(),
+        profile=request.served_profile(),
         chat_template=dict(served.chat_template),
         identity=request.endpoint_identity,
         check_timeout=spec.check_timeout(profile),

@@ -139,6 +139,10 @@ class ServerRequest:
     chat_template: str | None
     base_url: str | None
     api_key_env: str
+    # The Hub commit the model's identity names when ``vllm.revision`` names none: the server
+    # is started at it, so the weights that answer are the ones the answer key holds. Not in
+    # ``profile()``: the session's plan of servers is made before the commit is known.
+    pinned_revision: str | None = None
 
     @classmethod
     def for_benchmark(
@@ -192,6 +196,13 @@ class ServerRequest:
             "vllm": self.vllm,
             "chat_template": self.chat_template,
         }
+
+    def served_profile(self) -> dict[str, Any]:
+        """:meth:`profile` as the server is started: at the pinned revision, if any."""
+        profile = self.profile()
+        if self.pinned_revision is not None and self.backend != "endpoint":
+            profile["vllm"] = {**self.vllm, "revision": self.pinned_revision}
+        return profile
 
 
 @dataclass(frozen=True)

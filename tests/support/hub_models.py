@@ -4,7 +4,8 @@ is ``hub_server.HubServer``).
 
 ``GET /api/models/{org}/{name}`` and ``GET /api/models/{org}/{name}/revision/{revision}``
 answer ``{"id": ..., "sha": ...}`` from ``commits`` (``{repo_id: {revision: sha}}``), 404 for
-an unknown repository or revision, as the Hub does. Point ``HF_ENDPOINT`` at ``url``.
+an unknown repository or revision, as the Hub does; ``pushes`` move a revision right after an
+answer, the way a push lands between two lookups. Point ``HF_ENDPOINT`` at ``url``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class FakeHub(ThreadedApp):
         super().__init__()
         self.commits: dict[str, dict[str, str]] = {}
         self.requests: list[str] = []
+        # Pushes that land right after an answer: (repo_id, revision, sha), first one first.
+        self.pushes: list[tuple[str, str, str]] = []
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(request.path)
@@ -38,4 +41,7 @@ class FakeHub(ThreadedApp):
                 status=404,
                 headers={"X-Error-Code": code},
             )
+        if self.pushes:
+            pushed_repo, pushed_revision, pushed_sha = self.pushes.pop(0)
+            self.commits.setdefault(pushed_repo, {})[pushed_revision] = pushed_sha
         return web.json_response({"id": repo_id, "modelId": repo_id, "sha": sha})
