@@ -12,8 +12,13 @@ import pytest
 
 from pytest_modal_eval import fixtures
 from pytest_modal_eval.collect.example_reports import ExampleStatusWords, PassedExampleReports
-from pytest_modal_eval.collect.item_run import BenchmarkRunner
-from pytest_modal_eval.collect.items import RUNNER_KEY, BenchmarkFile, is_benchmark_file
+from pytest_modal_eval.collect.items import (
+    RUNNER_KEY,
+    BenchmarkFile,
+    BenchmarkItem,
+    ItemRunner,
+    is_benchmark_file,
+)
 from pytest_modal_eval.collect.server_plan import PLAN_KEY, ServerPlan
 from pytest_modal_eval.collect.session import SESSION_KEY, EvalSession
 from pytest_modal_eval.config.options import add_options, resolve_settings
@@ -52,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     references = (workerinput or {}).get(REFERENCES_INPUT_KEY) or _new_references_dir()
     config.stash[SESSION_KEY] = EvalSession(config, settings, references_dir=Path(references))
     config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
-    config.stash[RUNNER_KEY] = BenchmarkRunner(config.stash[SESSION_KEY])
+    config.stash[RUNNER_KEY] = DeferredRunner(config.stash[SESSION_KEY])
     config.pluginmanager.register(PassedExampleReports(config), "modal_eval_passed_reports")
     config.pluginmanager.register(ExampleStatusWords(), "modal_eval_example_status")
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
@@ -78,6 +83,32 @@ def pytest_configure(config: pytest.Config) -> None:
         share.configure(config, settings.output_dir)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
+
+
+class DeferredRunner:
+    """This process's :class:`ItemRunner`: the evaluation (verifiers, numpy, scipy, syrupy) is
+    imported when the first benchmark item runs, so a pytest session without one -- any test
+    suite in an environment where the plugin is installed -- never pays for it."""
+
+    def __init__(self, session: EvalSession) -> None:
+        self.session = session
+        self._runner: ItemRunner | None = None
+
+    def _get(self) -> ItemRunner:
+        if self._runner is None:
+            from pytest_modal_eval.collect.item_run import BenchmarkRunner
+
+            self._runner = BenchmarkRunner(self.session)
+        return self._runner
+
+    def prepare(self, item: BenchmarkItem) -> None:
+        self._get().prepare(item)
+
+    def evaluate(self, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
+        self._get().evaluate(item, subtests, snapshot)
+
+    def release(self, item: BenchmarkItem) -> None:
+        self._get().release(item)
 
 
 REFERENCES_INPUT_KEY = "modal_eval_references"
@@ -156,6 +187,18 @@ class XdistController:
             self.broker.start()
         node.workerinput[BROKER_INPUT_KEY] = [self.broker.url, self.broker.token]
         node.workerinput[REFERENCES_INPUT_KEY] = str(self.config.stash[SESSION_KEY].references_dir)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Runs on the controller: a crashed worker's item ("???") leaves no reference results,
+        so say so for it, or a challenger on another worker would wait for them forever."""
+        if str(report.when) == "???":  # xdist's phase for the item of a crashed worker
+            from pytest_modal_eval.judge.reference import ReferenceBoard  # only after a crash
+
+            session = self.config.stash[SESSION_KEY]
+            if session.references_dir is not None:
+                ReferenceBoard(session.references_dir).post_failure(
+                    report.nodeid, f"{report.nodeid} crashed its worker"
+                )
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.broker is not None:

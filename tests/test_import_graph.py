@@ -180,3 +180,32 @@ def test_the_modal_container_imports_the_app_without_the_plugins_dependencies() 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok DeploySpec"
+
+
+def test_the_plugin_costs_an_unrelated_test_suite_no_heavy_imports() -> None:
+    """pytest loads the plugin in every session of an environment that has it installed: the
+    evaluation's dependencies are imported only when a benchmark item runs (benchmarks/startup.py
+    measures what the plugin adds to `pytest --co`)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys
+        import pytest
+        before = set(sys.modules)
+        import pytest_modal_eval.plugin
+        print(" ".join(sorted({m.split(".")[0] for m in set(sys.modules) - before})))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT.parent
+    )
+    assert result.returncode == 0, result.stderr
+    imported = set(result.stdout.split())
+    heavy = {
+        "numpy", "scipy", "pydantic", "syrupy", "jinja2", "verifiers", "openai", "httpx",
+        "aiohttp", "asyncio", "yaml", "huggingface_hub", "modal", "datasets", "pyarrow",
+    }  # fmt: skip
+    assert imported & heavy == set(), sorted(imported)

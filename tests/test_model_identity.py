@@ -367,3 +367,28 @@ def test_a_server_started_at_an_older_commit_is_not_used_for_a_newer_key(
     result.stdout.fnmatch_lines(
         ["*org/x resolved to commit * for this benchmark, but its server was started at *"]
     )
+
+
+def test_xdist_local_challenger_frees_the_machine_for_its_reference(
+    local: LocalRuns, hub: FakeHub
+) -> None:
+    """--backend local runs one vLLM at a time. A challenger that got the machine first must
+    free it when its evaluation ends, or its reference (which it waits for) never starts."""
+    pytest.importorskip("xdist")
+    project = local.project
+    project.add("alpha", n=3, gate="gate: {min_avg_reward: 0.1, vs_reference: {}}")
+    hub.commits.update({"org/a": {"main": A}, "org/b": {"main": B}})
+    hub.delays["org/a"] = 3.0  # the reference's set-up is slower: the challenger starts first
+    result = project.pytester.runpytest_subprocess(
+        "--model=org/a",
+        "--model=org/b",
+        "--backend",
+        "local",
+        f"--vllm-python={sys.executable}",
+        "-n",
+        "2",
+        timeout=180,
+    )
+    result.assert_outcomes(passed=2)
+    assert [s["model"] for s in local.started()] == ["org/b", "org/a"]
+    result.stdout.fnmatch_lines(["*vs reference org/a*"])

@@ -211,6 +211,10 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     finally:
         del run, prepared  # the environment and its dataset: garbage from here (see below)
+    if info is not None:
+        # Its server is not needed for judging: free it now (a challenger may wait below for
+        # its reference, which under --backend local needs the machine's one vLLM slot).
+        endpoint_source(session.config).finished(item.nodeid)
     # The run's environment, event loop and connections are garbage now: hand their pages back
     # to the OS before the baseline's text is built (at 100,000 examples this lowered the peak
     # RSS of a run recording a baseline from 301 to 298 MB).

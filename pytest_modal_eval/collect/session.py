@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_modal_eval.config.options import Settings
-from pytest_modal_eval.runs.identity import ModelIdentity
 from pytest_modal_eval.serving.endpoint_check import EndpointChecker
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.runs.identity import ModelIdentity
 
 
 @dataclass

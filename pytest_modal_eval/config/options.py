@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from pytest_modal_eval.config.choices import Backend
 from pytest_modal_eval.config.locations import output_dir_from, vllm_python_from
 from pytest_modal_eval.config.overrides import parse_override
-from pytest_modal_eval.config.schema import Backend
 
 BACKENDS: tuple[str, ...] = get_args(Backend)
 DEFAULT_FILES = ["evals/*.yaml", "evals/*.yml"]

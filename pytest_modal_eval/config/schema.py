@@ -7,7 +7,7 @@ because a typo in an eval config silently changes what is measured.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -312,5 +312,3 @@ OVERRIDE_NAMESPACES: dict[str, type[BaseModel] | None] = {
     "gate": GateConfig,
     "env_args": None,  # free-form: the environment validates its own arguments
 }
-
-Backend = Literal["modal", "local", "endpoint"]

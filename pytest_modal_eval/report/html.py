@@ -22,8 +22,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from pytest_modal_eval.report.format import fmt_any
 from pytest_modal_eval.runs.paths import RunPaths, iter_runs, runs_in
 
@@ -357,6 +355,8 @@ def _scale(benchmarks: Sequence[Benchmark]) -> tuple[float, float]:
 
 
 def render(benchmarks: Sequence[Benchmark], title: str = "Evaluation report") -> str:
+    import jinja2  # here: the plugin loads this module in every session, most write no page
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("pytest_modal_eval.report", "templates"),
         autoescape=True,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pytest
 
 if TYPE_CHECKING:
@@ -105,14 +104,12 @@ def example_statuses(outcome: RunOutcome) -> list[tuple[str, int | str]]:
     is a measurement, and only the gate's verdict fails the testcase.
     """
     rewards = outcome.per_example_rewards
+    n_missed = n_solved = 0
+    missed_ids: list[str] = []
     if len(rewards):
         missed = rewards.rewards.max(axis=1) <= 0.0
-        solved = rewards.rewards.min(axis=1) >= 1.0
+        n_missed, n_solved = int(missed.sum()), int((rewards.rewards.min(axis=1) >= 1.0).sum())
         missed_ids = [str(i) for i in rewards.ids[missed][: MISSED_IDS_SHOWN + 1].tolist()]
-    else:
-        missed = solved = np.zeros(0, dtype=bool)
-        missed_ids = []
-    n_missed, n_solved = int(missed.sum()), int(solved.sum())
     shown = ",".join(missed_ids[:MISSED_IDS_SHOWN])
     if n_missed > MISSED_IDS_SHOWN:
         shown += f" and {n_missed - MISSED_IDS_SHOWN} more"

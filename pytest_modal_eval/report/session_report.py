@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_modal_eval.report.html import ReportError, SessionFigures, write_report
+if TYPE_CHECKING:
+    from pytest_modal_eval.report.html import SessionFigures
+
+# report.html (jinja2, the run readers) is imported once a benchmark has reported: the plugin
+# registers this class in every session, most of which have no benchmark.
 
 
 class SessionReport:
@@ -39,6 +43,8 @@ class SessionReport:
         """Runs on the controller once every benchmark has reported: writes the page."""
         if not self.runs:
             return
+        from pytest_modal_eval.report.html import ReportError, write_report
+
         started = time.monotonic()
         try:
             write_report(self.path, sorted(self.runs, key=lambda run: str(run[0])))
@@ -56,6 +62,8 @@ class SessionReport:
 
 def figures(props: dict[str, Any]) -> SessionFigures:
     """What ``report/terminal.py``'s ``record_properties`` put on a benchmark's report."""
+    from pytest_modal_eval.report.html import SessionFigures
+
     threshold = props.get("threshold")
     comparison = None
     if "baseline_mean" in props:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
+from pytest_modal_eval.config.choices import Backend
 from pytest_modal_eval.config.options import Settings
-from pytest_modal_eval.config.schema import Backend
 from pytest_modal_eval.serving.endpoint import (
     Endpoint,
     EndpointInfo,

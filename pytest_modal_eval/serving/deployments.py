@@ -21,7 +21,6 @@ profile (handing it only JSON), so ``-n 4`` still deploys once.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import threading
@@ -115,8 +114,8 @@ class Deployments:
             self._plan.update(needs)
 
     def finished(self, nodeid: str) -> None:
-        """An item is over (its teardown was reported): release what it held, stop what the
-        rest of the plan does not need."""
+        """An item is over (its evaluation ended, or its teardown was reported): release what
+        it held, stop what the rest of the plan does not need."""
         with self._cond:
             self._finished.add(nodeid)
             for holders in self._leases.values():
@@ -239,18 +238,20 @@ class Deployments:
 
 
 class Broker:
-    """Controller side: answers workers' ``POST /endpoint`` and ``POST /plan`` from
+    """Controller side: answers workers' ``POST /endpoint``, ``/plan`` and ``/finished`` from
     :class:`Deployments`."""
 
     def __init__(self, deployments: Deployments) -> None:
         self.deployments = deployments
         self.token = secrets.token_hex(16)
         self.url = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Any = None  # the broker thread's asyncio loop
         self._thread: threading.Thread | None = None
         self._runner: Any = None
 
     def start(self) -> str:
+        import asyncio  # here: only an xdist controller runs a broker
+
         from aiohttp import web
 
         ready = threading.Event()
@@ -279,10 +280,18 @@ class Broker:
             self.deployments.plan(await request.json())
             return web.json_response({})
 
+        async def finished(request: web.Request) -> web.Response:
+            if not authorised(request):
+                return web.json_response({"error": "forbidden"}, status=403)
+            payload = await request.json()
+            await asyncio.to_thread(self.deployments.finished, str(payload["holder"]))
+            return web.json_response({})
+
         async def serve() -> None:
             app = web.Application()
             app.router.add_post("/endpoint", endpoint)
             app.router.add_post("/plan", plan)
+            app.router.add_post("/finished", finished)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -311,7 +320,8 @@ class Broker:
 
 
 class BrokerClient:
-    """Worker side: the same ``plan`` and ``endpoint_for`` as :class:`Deployments`, over HTTP.
+    """Worker side: the same ``plan``, ``endpoint_for`` and ``finished`` as :class:`Deployments`,
+    over HTTP.
 
     Nothing is cached: the controller may have stopped a server since the last answer.
     Requests go straight to 127.0.0.1, never through an ``HTTP_PROXY`` from the environment:
@@ -338,6 +348,9 @@ class BrokerClient:
 
     def plan(self, needs: Mapping[str, str]) -> None:
         self._post("/plan", dict(needs))
+
+    def finished(self, nodeid: str) -> None:
+        self._post("/finished", {"holder": nodeid})
 
     def endpoint_for(self, request: ServerRequest, holder: str | None = None) -> EndpointInfo:
         if request.backend == "endpoint":

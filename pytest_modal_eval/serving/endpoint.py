@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
-from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
-
 if TYPE_CHECKING:
-    # Types only: the Modal container imports this module without pytest installed.
+    # Types only: the Modal container imports this module without pytest installed, and every
+    # pytest session imports it without needing pydantic (see from_json).
     from pytest_modal_eval.config.loader import Benchmark
     from pytest_modal_eval.config.options import Settings
+    from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 
 BackendName = Literal["modal", "local"]
 _BACKENDS: tuple[BackendName, ...] = ("modal", "local")
@@ -68,6 +68,8 @@ class ServerProfile:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServerProfile:
+        from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
+
         backend = data["backend"]
         if backend not in _BACKENDS:
             raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")

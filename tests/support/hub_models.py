@@ -5,11 +5,13 @@ is ``hub_server.HubServer``).
 ``GET /api/models/{org}/{name}`` and ``GET /api/models/{org}/{name}/revision/{revision}``
 answer ``{"id": ..., "sha": ...}`` from ``commits`` (``{repo_id: {revision: sha}}``), 404 for
 an unknown repository or revision, as the Hub does; ``pushes`` move a revision right after an
-answer, the way a push lands between two lookups. Point ``HF_ENDPOINT`` at ``url``.
+answer, the way a push lands between two lookups; ``delays`` hold a repository's answers back.
+Point ``HF_ENDPOINT`` at ``url``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -24,6 +26,7 @@ class FakeHub(ThreadedApp):
         self.requests: list[str] = []
         # Pushes that land right after an answer: (repo_id, revision, sha), first one first.
         self.pushes: list[tuple[str, str, str]] = []
+        self.delays: dict[str, float] = {}  # repo_id -> seconds before answering
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(request.path)
@@ -32,6 +35,8 @@ class FakeHub(ThreadedApp):
             return web.json_response({"error": "not found"}, status=404)
         repo_id = "/".join(parts[2:4])
         revision = unquote(parts[5]) if len(parts) >= 6 and parts[4] == "revision" else "main"
+        if repo_id in self.delays:
+            await asyncio.sleep(self.delays[repo_id])
         sha = self.commits.get(repo_id, {}).get(revision)
         if sha is None:
             # The Hub's error codes, which huggingface_hub maps to its exceptions.
