@@ -120,13 +120,16 @@ def lookup_yaml(project: BenchmarkProject, name: str, n: int, eval_yaml: str) ->
     )
 
 
-def test_examples_are_subtests_scored_from_the_last_turn(project: BenchmarkProject) -> None:
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["in-process", "xdist"])
+def test_examples_are_subtests_scored_from_the_last_turn(
+    project: BenchmarkProject, xdist: list[str]
+) -> None:
     """A benchmark over lookup-qa: one subtest per example, passed exactly when the answer
     given after the tool's result was right; the records hold the whole conversation."""
     n = 8
     lookup_yaml(project, "kv", n, "{max_retries: 0}")
     project.server.configure(call_tools=True, accuracy=0.5)
-    result = project.run("-v")
+    result = project.run("-v", *xdist)
     result.assert_outcomes(passed=1)
     judge = FakeModel("test-model", {})
     right = {i for i in range(n) if judge.fraction("", QUESTION.format(key=f"k{i}")) < 0.5}
@@ -267,3 +270,79 @@ def test_judged_tasks_are_refused(tmp_path: Path) -> None:
         verifiers_v1.load_environment(
             "lookup-qa", {"path": "kv.jsonl", "task": {"judges": [{"id": "reference"}]}}, tmp_path
         )
+
+
+TASK_TOOLS = '''
+import verifiers.v1 as vf
+
+
+class SecretTools(vf.Toolset[vf.ToolsetConfig]):
+    TOOL_PREFIX = "kv"
+
+    async def setup_task(self, task):
+        self.value = task.answer  # the task's data
+
+    @vf.tool
+    async def lookup(self, key: str) -> str:
+        """The value stored under key."""
+        return self.value
+
+
+class SecretData(vf.TaskData):
+    answer: str = ""
+
+
+class SecretTask(vf.Task[SecretData]):
+    @classmethod
+    def toolsets(cls, config):
+        return [SecretTools(vf.ToolsetConfig())]
+
+    @vf.reward
+    async def correct(self, trace):
+        return 1.0 if self.data.answer in trace.last_reply else 0.0
+
+
+class SecretTaskset(vf.Taskset[SecretTask, vf.TasksetConfig]):
+    def load(self):
+        for i in range(2):
+            yield SecretTask(SecretData(prompt=f"What is the value of s{i}?", answer=f"x{i}"))
+
+
+__all__ = ["SecretTaskset"]
+
+if __name__ == "__main__":
+    SecretTools.run()
+'''
+
+
+def test_a_tasks_own_tool_server_is_started_per_rollout(
+    tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's own toolset (``Task.toolsets``) is started by verifiers for each rollout as a
+    local process, and reads its task over the interception's state channel."""
+    from pytest_modal_eval.client import verifiers_v1
+
+    (tmp_path / "secret_tools.py").write_text(TASK_TOOLS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the tool server: python -m secret_tools
+    fake_server.configure(call_tools=True)
+    env = verifiers_v1.load_environment("secret-tools", {}, tmp_path)
+    finished: dict[int, list[dict[str, Any]]] = {}
+    asyncio.run(
+        verifiers_v1.run_examples(
+            env,
+            verifiers_v1.dataset_rows(env, None),
+            endpoint=Endpoint(fake_server.base_url, "test-model"),
+            sampling_args={},
+            rollouts=1,
+            max_concurrent_requests=2,
+            request_timeout=30,
+            max_retries=0,
+            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
+        )
+    )
+    for example_id in (0, 1):
+        (output,) = finished[example_id]
+        assert output["error"] is None, output["error"]
+        assert output["completion"][1]["content"] == f"x{example_id}"
+        assert output["reward"] == 1.0
