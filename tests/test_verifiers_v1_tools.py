@@ -241,6 +241,26 @@ REFUSED_TASKSETS = {
         """,
         r"'no-prompt': task 1 has no prompt; .* give every task a prompt",
     ),
+    "boxed_task": (
+        """
+        class ImageTaskset(vf.Taskset[vf.Task[vf.TaskData], vf.TasksetConfig]):
+            def load(self):
+                yield vf.Task(vf.TaskData(prompt="hi", image="python:3.12"))
+
+        __all__ = ["ImageTaskset"]
+        """,
+        r"'boxed-task': task 0 runs in the container image 'python:3.12'; .* `vf-eval`",
+    ),
+    "walled_task": (
+        """
+        class WalledTaskset(vf.Taskset[vf.Task[vf.TaskData], vf.TasksetConfig]):
+            def load(self):
+                yield vf.Task(vf.TaskData(prompt="hi", network_allow=["pypi.org"]))
+
+        __all__ = ["WalledTaskset"]
+        """,
+        r"'walled-task': task 0 asks for a network policy .* `vf-eval`",
+    ),
 }
 
 
@@ -346,3 +366,31 @@ def test_a_tasks_own_tool_server_is_started_per_rollout(
         assert output["error"] is None, output["error"]
         assert output["completion"][1]["content"] == f"x{example_id}"
         assert output["reward"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("env_args", "data", "message"),
+    [
+        ({}, None, r"'lookup-qa' rejected env_args: env_args.path: Field required"),
+        (
+            {"path": "kv.jsonl", "max_turns": 1},
+            None,
+            r"env_args.max_turns: Input should be greater than or equal to 2",
+        ),
+        ({"path": "kv.jsonl"}, '{"key": "a"}\n', r"kv.jsonl:1: each line needs \{\"key\""),
+        ({"path": "nope.jsonl"}, None, r"nope.jsonl does not exist \(env_args.path is relative"),
+    ],
+    ids=["no-path", "max-turns", "bad-line", "no-file"],
+)
+def test_lookup_qa_bad_input_names_the_field_or_line(
+    tmp_path: Path, env_args: dict[str, Any], data: str | None, message: str
+) -> None:
+    from pytest_modal_eval.client import verifiers_v1
+    from pytest_modal_eval.exceptions import EnvironmentLoadError
+
+    if data is None:
+        write_table(tmp_path / "kv.jsonl", 2)
+    else:
+        (tmp_path / "kv.jsonl").write_text(data)
+    with pytest.raises(EnvironmentLoadError, match=message):
+        verifiers_v1.load_environment("lookup-qa", env_args, tmp_path)

@@ -146,14 +146,7 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
         raise EnvironmentLoadError(str(exc)) from None
     if not tasks:
         raise EnvironmentLoadError(f"environment {env_id!r} has no tasks")
-    if (
-        silent := next((i for i, t in enumerate(tasks) if t.data.prompt is None), None)
-    ) is not None:
-        raise EnvironmentLoadError(
-            f"environment {env_id!r}: task {silent} has no prompt; such a task is opened by a "
-            "user (verifiers' user-simulation env), and pytest-modal-eval runs single-agent "
-            "tasks whose prompt opens the rollout; give every task a prompt"
-        )
+    _check_tasks(env_id, tasks)
     return V1Environment(env_id, taskset, tasks)
 
 
@@ -163,6 +156,32 @@ def _config_problem(env_id: str, exc: ValidationError) -> str:
         for error in exc.errors()
     )
     return f"environment {env_id!r} rejected env_args: {fields}"
+
+
+def _check_tasks(env_id: str, tasks: Sequence[vf.Task[Any, Any, Any]]) -> None:
+    """Refuse tasks a single agent in a local process cannot play (verifiers would fail each
+    of their rollouts, or raise before one starts)."""
+    for index, task in enumerate(tasks):
+        data = task.data
+        if data.prompt is None:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: task {index} has no prompt; such a task is opened by "
+                "a user (verifiers' user-simulation env), and pytest-modal-eval runs "
+                "single-agent tasks whose prompt opens the rollout; give every task a prompt"
+            )
+        if data.image is not None:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: task {index} runs in the container image "
+                f"{data.image!r}; pytest-modal-eval runs v1 tasks in-process, without a "
+                "container: run it with `vf-eval` and a docker or prime runtime instead"
+            )
+        if "*" not in data.network_allow or data.network_block:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: task {index} asks for a network policy "
+                "(network_allow / network_block), which only verifiers' container runtimes "
+                "enforce; pytest-modal-eval runs v1 tasks in-process: run it with `vf-eval` "
+                "and a docker or prime runtime instead"
+            )
 
 
 def _check_runnable(env_id: str, taskset: vf.Taskset[Any, Any]) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import verifiers.v1 as vf
+from pydantic import Field
 
 from pytest_modal_eval.envs.file_qa import FileQAError, answers_match, final_answer
 
@@ -89,7 +90,8 @@ class LookupTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
     path: str
     """The JSONL data file; relative paths are resolved against ``base_dir``."""
     system_prompt: str | None = None  # the text, as file-qa's (not v1's file name)
-    max_turns: int = 4
+    max_turns: int = Field(4, ge=2)
+    """Model turns before ``turn_limit`` stops a rollout (an answer takes two)."""
     base_dir: str | None = None
 
 
