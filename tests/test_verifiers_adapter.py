@@ -14,7 +14,7 @@ import pytest
 from pytest_modal_eval.client.verifiers_adapter import api_for, installed_api
 from pytest_modal_eval.exceptions import EnvironmentLoadError
 from pytest_modal_eval.serving.endpoint import Endpoint
-from tests.conftest import FakeServer
+from tests.conftest import FakeServer, classic_only
 
 v1_only = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
 
@@ -30,6 +30,16 @@ def test_api_follows_the_installed_version(version: str, api: str) -> None:
 def test_a_newer_verifiers_is_refused_with_the_supported_range() -> None:
     with pytest.raises(EnvironmentLoadError, match=r"verifiers>=0.3.1,<0.5"):
         api_for("0.5.0")
+
+
+@classic_only()
+def test_lookup_qa_under_the_classic_api_names_the_verifiers_it_needs() -> None:
+    from pytest_modal_eval.client.verifiers_adapter import missing_environment
+
+    problem = missing_environment("lookup-qa")
+    assert problem is not None
+    assert "'lookup-qa' is bundled for verifiers' v1 API (0.4.x) only" in problem
+    assert "verifiers 0.3.1 (classic API) is installed" in problem
 
 
 def write_qa(path: Path, n: int) -> Path:

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from pytest_modal_eval.client.answer_journal import AnswerJournal
     from pytest_modal_eval.serving.endpoint import Endpoint
 
-#: Environments shipped with the plugin, resolved without a separate installation.
-BUNDLED = ("file-qa",)
+#: Environments shipped with the plugin, resolved without a separate installation
+#: (``lookup-qa`` with verifiers 0.4 only).
+BUNDLED = ("file-qa", "lookup-qa")
 
 ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
 

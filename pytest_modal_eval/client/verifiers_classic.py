@@ -30,6 +30,8 @@ from pytest_modal_eval.serving.endpoint import Endpoint
 
 #: Environments shipped with the plugin, resolved without a separate installation.
 BUNDLED = {"file-qa": "pytest_modal_eval.envs.file_qa"}
+#: Environments shipped with the plugin for verifiers' v1 API (0.4.x) only.
+BUNDLED_V1_ONLY = ("lookup-qa",)
 
 #: How to install the environments the shipped benchmarks use (Prime environment hub).
 INSTALL_HINT = (
@@ -48,6 +50,14 @@ def missing_environment(env_id: str) -> str | None:
     """Why ``env_id`` cannot be loaded here (not installed), or None; imports nothing."""
     if env_id in BUNDLED:
         return None
+    if env_id in BUNDLED_V1_ONLY:
+        from importlib.metadata import version
+
+        return (
+            f"environment {env_id!r} is bundled for verifiers' v1 API (0.4.x) only, and "
+            f"verifiers {version('verifiers')} (classic API) is installed: install "
+            "verifiers 0.4 (`uv pip install 'verifiers>=0.4,<0.5'`) to run it"
+        )
     name = module_name(env_id)
     if importlib.util.find_spec(name) is None:
         return f"environment {env_id!r} is not installed: " + INSTALL_HINT.format(

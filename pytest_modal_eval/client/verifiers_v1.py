@@ -9,26 +9,32 @@ Each rollout runs through verifiers' public ``vf.Agent`` with, instead of v1's d
 reach the network), a local setup:
 
 - runtime ``subprocess`` (default: a Prime cloud sandbox, which needs a public tunnel);
-- harness ``pytest-modal-eval-chat`` (:mod:`.verifiers_v1_harness`), one chat request made
-  in-process (v1's ``null``/``bash`` harnesses ``uv``-install a script's packages from PyPI);
+- harness ``pytest-modal-eval-chat`` (:mod:`.verifiers_v1_harness`), a chat loop with tool
+  calls run in-process (v1's ``null``/``bash`` harnesses ``uv``-install a script's packages
+  from PyPI);
+- the taskset's tool servers (MCP) as local processes: its shared ones started once per run
+  here, a task's own started per rollout by verifiers, both in the ``subprocess`` runtime;
 - an interception server on 127.0.0.1 (:class:`PluginInterception`) whose model client is the
   plugin's :class:`~pytest_modal_eval.client.direct_client.DirectOpenAI`, so the in-flight cap,
   the answer journal, per-rollout seeds, retries, timeouts and proxy settings are the same as
   with the classic API;
 - nothing is uploaded (results go to the plugin's checkpoint, as with the classic API).
 
-Only single-agent tasksets without tools or containers can run this way; others are refused
-with a message that says why (:func:`load_environment`).
+Single-agent tasksets run this way, multi-turn and with tools; tasks that need a container, a
+judge model or a user, and tool servers that need another runtime, are refused with a message
+that says why and what to do (:func:`load_environment`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import importlib.util
 import math
 import os
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -40,6 +46,7 @@ from verifiers.v1.dialects import Dialect
 from verifiers.v1.envs.single_agent import SingleAgentEnv
 from verifiers.v1.errors import model_error
 from verifiers.v1.interception import InterceptionServer
+from verifiers.v1.mcp import SharedToolServer, serve_shared
 from verifiers.v1.session import RolloutSession
 from verifiers.v1.utils.loaders import environment_class, load_taskset, taskset_config_type
 
@@ -67,9 +74,16 @@ def module_name(env_id: str) -> str:
     return env_id.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
 
 
+#: Tasksets shipped with the plugin: env id -> (module, taskset class, its config class).
+BUNDLED = {
+    "file-qa": ("pytest_modal_eval.envs.file_qa_v1", "FileQATaskset", "FileQATasksetConfig"),
+    "lookup-qa": ("pytest_modal_eval.envs.lookup_qa_v1", "LookupTaskset", "LookupTasksetConfig"),
+}
+
+
 def missing_environment(env_id: str) -> str | None:
     """Why ``env_id`` cannot be loaded here (not installed), or None; imports nothing new."""
-    if env_id == "file-qa":
+    if env_id in BUNDLED:
         return None
     module = module_name(env_id)
     if importlib.util.find_spec(f"verifiers.v1.tasksets.{module}") or importlib.util.find_spec(
@@ -98,16 +112,16 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
     problem = missing_environment(env_id)
     if problem:
         raise EnvironmentLoadError(problem)
-    if env_id == "file-qa":
-        from pytest_modal_eval.envs.file_qa_v1 import FileQATaskset, FileQATasksetConfig
-
+    if env_id in BUNDLED:
+        module_path, taskset_name, config_name = BUNDLED[env_id]
+        module = importlib.import_module(module_path)
         try:
-            file_qa_config = FileQATasksetConfig.model_validate(
+            bundled_config = getattr(module, config_name).model_validate(
                 {"base_dir": str(base_dir), **env_args}
             )
         except ValidationError as exc:
             raise EnvironmentLoadError(_config_problem(env_id, exc)) from None
-        taskset: vf.Taskset[Any, Any] = FileQATaskset(file_qa_config)
+        taskset: vf.Taskset[Any, Any] = getattr(module, taskset_name)(bundled_config)
     else:
         try:
             config = taskset_config_type(env_id).model_validate({**env_args, "id": env_id})
@@ -132,6 +146,7 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
         raise EnvironmentLoadError(str(exc)) from None
     if not tasks:
         raise EnvironmentLoadError(f"environment {env_id!r} has no tasks")
+    _check_tasks(env_id, tasks)
     return V1Environment(env_id, taskset, tasks)
 
 
@@ -143,21 +158,61 @@ def _config_problem(env_id: str, exc: ValidationError) -> str:
     return f"environment {env_id!r} rejected env_args: {fields}"
 
 
+def _check_tasks(env_id: str, tasks: Sequence[vf.Task[Any, Any, Any]]) -> None:
+    """Refuse tasks a single agent in a local process cannot play (verifiers would fail each
+    of their rollouts, or raise before one starts)."""
+    for index, task in enumerate(tasks):
+        data = task.data
+        if data.prompt is None:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: task {index} has no prompt; such a task is opened by "
+                "a user (verifiers' user-simulation env), and pytest-modal-eval runs "
+                "single-agent tasks whose prompt opens the rollout; give every task a prompt"
+            )
+        if data.image is not None:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: task {index} runs in the container image "
+                f"{data.image!r}; pytest-modal-eval runs v1 tasks in-process, without a "
+                "container: run it with `vf-eval` and a docker or prime runtime instead"
+            )
+        if "*" not in data.network_allow or data.network_block:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: task {index} asks for a network policy "
+                "(network_allow / network_block), which only verifiers' container runtimes "
+                "enforce; pytest-modal-eval runs v1 tasks in-process: run it with `vf-eval` "
+                "and a docker or prime runtime instead"
+            )
+
+
 def _check_runnable(env_id: str, taskset: vf.Taskset[Any, Any]) -> None:
-    """Refuse tasks that need what a local, tool-less chat rollout cannot give them."""
+    """Refuse tasks that need what a local, in-process rollout cannot give them."""
     task_type = type(taskset).task_type()
     if task_type.NEEDS_CONTAINER:
         raise EnvironmentLoadError(
             f"environment {env_id!r}: its tasks ({task_type.__name__}) need a container "
-            "runtime; pytest-modal-eval runs v1 tasks in-process, without one"
+            "runtime; pytest-modal-eval runs v1 tasks in-process, without one: run it with "
+            "verifiers' own `vf-eval` and a docker or prime runtime instead"
+        )
+    judges = list(getattr(taskset.config.task, "judges", None) or [])
+    if judges:
+        names = ", ".join(repr(j.id or j.name) for j in judges)
+        raise EnvironmentLoadError(
+            f"environment {env_id!r}: its tasks are scored by judge models ({names}), which "
+            "verifiers calls with their own client, outside pytest-modal-eval's endpoint, "
+            "in-flight cap and answer journal; remove the judges from the taskset config "
+            "(env_args.task.judges) or run it with `vf-eval`"
         )
     tools = [*task_type.toolsets(taskset.config.task), *type(taskset).toolsets(taskset.config)]
-    if tools:
-        raise EnvironmentLoadError(
-            f"environment {env_id!r}: its tasks use tool servers "
-            f"({', '.join(type(t).__name__ for t in tools)}); pytest-modal-eval's v1 harness "
-            "makes one chat request per rollout and calls no tools"
-        )
+    for toolset in tools:
+        config = toolset.config
+        runtime = getattr(getattr(config, "runtime", None), "type", "subprocess")
+        if getattr(config, "url", None) is None and runtime != "subprocess":
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: its tool server {toolset.server_name!r} "
+                f"({type(toolset).__name__}) runs in a {runtime!r} runtime; pytest-modal-eval "
+                "starts tool servers as local processes only: set that toolset config's "
+                "`runtime` to `{type: subprocess}`, or its `url` to a server already running"
+            )
 
 
 def dataset_rows(env: V1Environment, num_examples: int | None) -> V1Rows:
@@ -292,10 +347,20 @@ def _provider_error(exc: Exception) -> Exception:
 
 
 class PluginInterception(InterceptionServer):  # type: ignore[misc]
-    """verifiers' interception server on 127.0.0.1 whose rollouts all use ``client``."""
+    """verifiers' interception server on 127.0.0.1 whose rollouts all use ``client``.
 
-    def __init__(self, client: PluginClient) -> None:
-        super().__init__(requires_tunnel=False)
+    ``shared_tools`` are the taskset's tool servers started for the run: those that keep
+    per-rollout state reach it here with their own secret."""
+
+    def __init__(
+        self, client: PluginClient, shared_tools: Mapping[str, SharedToolServer] = {}
+    ) -> None:
+        super().__init__(
+            requires_tunnel=False,
+            state_service_secrets=tuple(
+                server.state_secret for server in shared_tools.values() if server.state_secret
+            ),
+        )
         self.plugin_client = client
 
     def register(self, session: RolloutSession) -> tuple[str, str]:
@@ -390,38 +455,58 @@ async def run_examples(
     slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
     pending = iter(rows)
 
-    async with PluginInterception(client) as interception:
-        agent = vf.Agent(agent_config, interception=interception)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            shared = await stack.enter_async_context(_shared_tools(env))
+            interception = await stack.enter_async_context(PluginInterception(client, shared))
+            agent = vf.Agent(agent_config, interception=interception)
+            stack.push_async_callback(agent.harness.aclose)
 
-        async def run_one(example_id: int, task: Any, rollout: _Rollout) -> dict[str, Any]:
-            def minted(trace: vf.Trace) -> None:
-                client.rollouts[trace.id] = rollout
+            async def run_one(example_id: int, task: Any, rollout: _Rollout) -> dict[str, Any]:
+                def minted(trace: vf.Trace) -> None:
+                    client.rollouts[trace.id] = rollout
 
-            trace = await agent.run(task, on_trace=minted)
-            client.rollouts.pop(trace.id, None)
-            return rollout_output(example_id, task, trace, rollout)
+                trace = await agent.run(task, tools=shared, on_trace=minted)
+                client.rollouts.pop(trace.id, None)
+                return rollout_output(example_id, task, trace, rollout)
 
-        async def worker() -> None:
-            for row in pending:
-                example_id = int(row["example_id"])
-                task = env.tasks[example_id]
-                indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
-                group = [_Rollout(example_id, index, []) for index in list(indexes)[:rollouts]]
-                outputs = await asyncio.gather(*(run_one(example_id, task, r) for r in group))
-                on_example(example_id, list(outputs))
-                reason = should_stop()
-                if reason is not None:
-                    raise RunAborted(reason)
+            async def worker() -> None:
+                for row in pending:
+                    example_id = int(row["example_id"])
+                    task = env.tasks[example_id]
+                    indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
+                    group = [_Rollout(example_id, i, []) for i in list(indexes)[:rollouts]]
+                    outputs = await asyncio.gather(*(run_one(example_id, task, r) for r in group))
+                    on_example(example_id, list(outputs))
+                    reason = should_stop()
+                    if reason is not None:
+                        raise RunAborted(reason)
 
-        workers = [asyncio.ensure_future(worker()) for _ in range(slots)]
-        try:
-            done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-            for finished in done:
-                if not finished.cancelled() and (error := finished.exception()) is not None:
-                    raise error
-        finally:
-            for job in workers:
-                job.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            await agent.harness.aclose()
-            await direct.close()
+            workers = [asyncio.ensure_future(worker()) for _ in range(slots)]
+            try:
+                done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+                for finished in done:
+                    if not finished.cancelled() and (error := finished.exception()) is not None:
+                        raise error
+            finally:
+                for job in workers:
+                    job.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+    finally:
+        await direct.close()
+
+
+@contextlib.asynccontextmanager
+async def _shared_tools(env: V1Environment) -> AsyncIterator[Mapping[str, SharedToolServer]]:
+    """The taskset's shared tool servers, started once for the run, each a local process, as
+    verifiers' own ``Env.shared_tools`` starts them; a server that does not start ends the run
+    with what it said."""
+    toolsets = type(env.taskset).toolsets(env.taskset.config)
+    try:
+        async with serve_shared(toolsets, harness_is_local=True) as shared:
+            yield shared
+            return
+    except vf.ToolsetError as exc:
+        raise RunAborted(
+            f"environment {env.env_id!r}: a tool server did not start: {exc}"
+        ) from None

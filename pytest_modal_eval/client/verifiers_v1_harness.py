@@ -1,11 +1,23 @@
-"""The harness the plugin runs verifiers v1 tasks with: one chat request, made in-process.
+"""The harness the plugin runs verifiers v1 tasks with: a chat loop with tools, in-process.
 
 A v1 harness is normally a program launched per rollout in a runtime (verifiers' ``null`` and
 ``bash`` harnesses are PEP 723 scripts that ``uv`` installs from PyPI on first use). This one
 runs its loop in this process, as verifiers' ``Harness.launch`` contract allows ("a harness may
 run its loop in-process ... as long as every model call goes through ``endpoint`` +
-``secret``"): it sends the task's prompt once to the rollout's interception endpoint and
-returns. No program, no package installation, no network beyond 127.0.0.1.
+``secret``"). No program, no package installation, no network beyond 127.0.0.1.
+
+The loop is the one verifiers' own chat program runs (``harnesses/utils/core.py``,
+``run_chat_loop``), without streaming and context compaction: send the conversation with the
+task's tools to the rollout's interception endpoint; if the reply calls tools, call each on its
+MCP server and append the results, then ask again; the rollout ends at a reply without tool
+calls, or when the interception refuses a turn (a ``@vf.stop``, a limit), which verifiers
+records as the rollout's stop condition. Tools are the MCP servers verifiers brought up for the
+rollout (``mcp_urls``: the task's ``toolsets`` and the taskset's shared ones), listed and called
+with verifiers' own MCP client (``MCPConnection``, ``call_mcp``), so tool names
+(``<server>_<tool>``) and results are those its chat program sees.
+
+The messages of each request are built only from the task, the replies and the tool results,
+so a rollout asks the same bytes again after a resume and the answer journal replays its turns.
 
 Harness id: ``pytest-modal-eval-chat`` (the top-level ``pytest_modal_eval_chat`` module).
 Importing this module needs verifiers 0.4 (``verifiers.v1``).
@@ -13,11 +25,18 @@ Importing this module needs verifiers 0.4 (``verifiers.v1``).
 
 from __future__ import annotations
 
+import json
+import warnings
+from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
 import verifiers.v1 as vf
-from verifiers.v1.runtimes import ProgramResult
+
+# verifiers' MCP client (what its null/bash chat program calls tools with). Not part of
+# ``verifiers.v1``'s top-level names: this is the one module that uses it, and the tool tests
+# (tests/test_verifiers_v1_tools.py) fail when it changes.
+from verifiers.v1.harnesses.utils.mcp import MCPConnection, call_mcp
 
 HARNESS_ID = "pytest-modal-eval-chat"
 
@@ -28,6 +47,7 @@ class ChatHarnessConfig(vf.HarnessConfig):  # type: ignore[misc]
 
 class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
     APPENDS_SYSTEM_PROMPT = True  # the system prompt is its own message, as in the classic API
+    SUPPORTS_MCP = True
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False
 
@@ -59,7 +79,75 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
         mcp_urls: dict[str, str],
         data: vf.TaskData,
         tool_interception_url: str | None = None,
-    ) -> ProgramResult:
+    ) -> vf.ProgramResult:
+        messages = self.initial_messages(data)
+        async with AsyncExitStack() as stack:
+            tools, dispatch, servers = await self.connect_tools(mcp_urls, stack)
+            while True:
+                body: dict[str, Any] = {"model": ctx.model, "messages": messages}
+                if tools:
+                    body["tools"] = tools
+                answer = await self.client().post(
+                    endpoint.rstrip("/") + "/chat/completions",
+                    json=body,
+                    headers={"Authorization": f"Bearer {secret}"},
+                )
+                if answer.status_code != 200:
+                    # A refused turn (a @stop, a limit) is recorded on the trace as its stop
+                    # condition, and verifiers then treats this exit as clean.
+                    return vf.ProgramResult(
+                        1, "", f"HTTP {answer.status_code}: {answer.text[:2000]}"
+                    )
+                message = {
+                    k: v for k, v in answer.json()["choices"][0]["message"].items() if v is not None
+                }
+                messages.append(message)
+                calls = message.get("tool_calls") or []
+                if not calls:
+                    return vf.ProgramResult(0, "", "")
+                for call in calls:
+                    content = await self.call_tool(call, servers, dispatch)
+                    name = call.get("function", {}).get("name", "")
+                    messages.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": call.get("id", ""),
+                            "content": content,
+                            "name": name,
+                        }
+                    )
+
+    async def connect_tools(
+        self, mcp_urls: dict[str, str], stack: AsyncExitStack
+    ) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]], dict[str, Any]]:
+        """The tools of the rollout's MCP servers as the request's ``tools``, which server
+        and tool each name calls, and the open connections (closed with ``stack``); verifiers'
+        ``connect_mcp``, with its connections made as below."""
+        tools: list[dict[str, Any]] = []
+        dispatch: dict[str, tuple[str, str]] = {}
+        servers: dict[str, Any] = {}
+        for name, url in mcp_urls.items():
+            server = servers[name] = _connection({"url": url, "timeout": self.config.tool_timeout})
+            stack.push_async_callback(server.aclose)
+            listed = await server.run(lambda client: client.list_tools())
+            for tool in listed.tools:
+                full = f"{name}_{tool.name}" if name else tool.name
+                if full in dispatch:
+                    raise ValueError(f"two tool servers offer a tool named {full!r}")
+                tools.append(
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": full,
+                            "description": tool.description or "",
+                            "parameters": tool.input_schema,
+                        },
+                    }
+                )
+                dispatch[full] = (name, tool.name)
+        return tools, dispatch, servers
+
+    def initial_messages(self, data: vf.TaskData) -> list[dict[str, Any]]:
         system, prompt = self.resolve_prompt(data)
         messages: list[dict[str, Any]] = []
         if system:
@@ -68,11 +156,36 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
             messages.append({"role": "user", "content": prompt})
         else:
             messages += [m.model_dump(mode="json", exclude_none=True) for m in prompt or []]
-        answer = await self.client().post(
-            endpoint.rstrip("/") + "/chat/completions",
-            json={"model": ctx.model, "messages": messages},
-            headers={"Authorization": f"Bearer {secret}"},
+        return messages
+
+    @staticmethod
+    async def call_tool(
+        call: dict[str, Any], servers: dict[str, Any], dispatch: dict[str, tuple[str, str]]
+    ) -> Any:
+        """The tool's result as the message content, or an error the model can read (as
+        verifiers' chat program words them)."""
+        function = call.get("function") or {}
+        name = function.get("name", "")
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError as exc:
+            return f"error: invalid JSON in tool arguments ({exc}); resend the call with valid JSON"
+        if not isinstance(arguments, dict):
+            return (
+                f"error: tool arguments must be a JSON object, got {type(arguments).__name__}; "
+                "resend as an object"
+            )
+        if name not in dispatch:
+            return f"error: unknown tool {name!r}"
+        return await call_mcp(servers, dispatch, name, arguments)
+
+
+def _connection(spec: dict[str, Any]) -> Any:
+    """verifiers' ``MCPConnection``. Its constructor passes tenacity a deprecated argument
+    (tenacity 9.1 warns), and under a project's ``filterwarnings = error`` that warning would
+    fail every tool-using rollout: ignored here, where nothing else runs (no ``await``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", "The 'initial' parameter is deprecated", DeprecationWarning
         )
-        if answer.status_code != 200:
-            return ProgramResult(1, "", f"HTTP {answer.status_code}: {answer.text[:2000]}")
-        return ProgramResult(0, "", "")
+        return MCPConnection(spec)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import platform
@@ -22,6 +23,7 @@ from pytest_modal_eval.client.answer_journal import AnswerJournal
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, match_rollouts
 from pytest_modal_eval.config.loader import Benchmark
 from pytest_modal_eval.config.schema import BenchmarkConfig
+from pytest_modal_eval.exceptions import EnvironmentLoadError
 from pytest_modal_eval.redact import mask_config, mask_profile
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.identity import ModelIdentity, describe_change, describe_weights
@@ -413,7 +415,7 @@ class BenchmarkRun:
     def _choose(self, info: EndpointInfo | None) -> _ChosenRun:
         """The run to continue (or a new one), its answer key, and what it has finished."""
         request, config = self.request, self.request.benchmark.config
-        note = None
+        note: str | None = None
         if info is None:
             if self._finished is None:
                 raise RuntimeError("a run without an endpoint must be finished already")
@@ -447,6 +449,13 @@ class BenchmarkRun:
             note = (
                 f"the weights could not be checked ({self.unchecked}); run {found.run_id} goes on"
             )
+        if found is not None and (started_with := _other_verifiers_api(found.run_dir)):
+            # Same examples and configuration under the other API: the run goes on, and says so.
+            switched = (
+                f"run {found.run_id} was started with {started_with} and goes on with "
+                f"{_verifiers_api()}: its examples and configuration are the same"
+            )
+            note = f"{note}; {switched}" if note else switched
         if found is None:
             run_id = new_run_id()
             run_dir = self.benchmark_dir / run_id
@@ -469,6 +478,13 @@ class BenchmarkRun:
         """One line on why a new run starts, when an earlier run of this item exists: the
         weights changed (or could not be checked), or its configuration differs."""
         newest = self.index.newest(exclude=answer_hash)
+        if newest is not None and (made := _other_verifiers_api(newest.run_dir)):
+            changed_text = ", ".join(differing_fields(newest.fields, fields)) or "unknown fields"
+            return (
+                f"run {newest.run_id} was made with {made} and {_verifiers_api()} is installed; "
+                f"the environment differs between the two ({changed_text} differ), so that run "
+                "is not continued; starting a new run"
+            )
         if newest is not None:
             changed = differing_fields(newest.fields, fields)
             if any(name == "weights" or name.startswith("weights.") for name in changed):
@@ -690,6 +706,34 @@ def _run_config(
         "versions": _versions(),
         "git_commit": _git_commit(request.benchmark.path.parent),
     }
+
+
+def _verifiers_api(version: str | None = None) -> str:
+    """``verifiers 0.4.0 (v1 API)``: the installed verifiers, or ``version``."""
+    version = version or verifiers_adapter.installed_version()
+    try:
+        api = verifiers_adapter.api_for(version)
+    except EnvironmentLoadError:
+        return f"verifiers {version}"
+    return f"verifiers {version} ({api} API)"
+
+
+def _other_verifiers_api(run_dir: Path) -> str | None:
+    """The verifiers a run was started with (its ``run_config.json``), when its API is not the
+    installed one; else None (the same API, or not recorded)."""
+    try:
+        config = json.loads(RunPaths(run_dir).run_config.read_text())
+        made = config["versions"]["verifiers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(made, str):
+        return None
+    installed = verifiers_adapter.installed_version()
+    try:
+        same = verifiers_adapter.api_for(made) == verifiers_adapter.api_for(installed)
+    except EnvironmentLoadError:
+        return None
+    return None if same else _verifiers_api(made)
 
 
 def _versions() -> dict[str, str]:

@@ -6,8 +6,12 @@ questions: question q is answered right when hash(salt, q) < accuracy, so a run 
 reproducible and changing ``salt`` simulates sampling noise. ``models`` serves further models,
 each with its own settings over the top-level ones (``{"b": {"accuracy": 0.6}}``), so one
 server stands in for several models of different quality. ``fail_rate`` makes a
-deterministic fraction of questions answer HTTP 500. ``/admin/config`` (POST JSON)
-changes any setting at run time and ``/admin/stats`` counts requests.
+deterministic fraction of questions answer HTTP 500. With ``call_tools`` it plays a model that
+uses tools: a request offering ``tools`` whose question ("What is the value of KEY?") has no
+tool result yet is answered with a call of the first tool, ``{"key": KEY}``; once the result is
+in the conversation, the answer is that result (right or wrong as ``accuracy`` says).
+``/admin/config`` (POST JSON) changes any setting at run time and ``/admin/stats`` counts
+requests, the most ever in flight at once among them.
 
 Run: ``python -m tests.support.openai_server --model test-model [--answers F.jsonl]``;
 it prints ``listening on http://127.0.0.1:PORT`` once ready.
@@ -30,6 +34,7 @@ from typing import Any
 from aiohttp import web
 
 ARITHMETIC = re.compile(r"What is (-?\d+) \+ (-?\d+)\?")
+LOOKUP = re.compile(r"What is the value of (\S+)\?")
 
 
 #: Settings a fresh server starts with (and the tests reset to).
@@ -52,6 +57,9 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "require_key": None,  # when set, requests need "Authorization: Bearer <key>"
     "models": {},  # further served model name -> its settings over these (accuracy, salt, ...)
     "root": None,  # what /v1/models reports as the served model's root (vLLM: the path loaded)
+    "call_tools": False,  # call the offered tool before answering (see the module docstring)
+    "tool_loop": False,  # with call_tools: call the tool on every turn, never answer
+    "hold_tool_results": 0.0,  # seconds to hold a request that carries a tool result
 }
 
 
@@ -63,6 +71,7 @@ class FakeModel:
         self.by_question: Counter[str] = Counter()
         self.seeds_by_question: dict[str, list[Any]] = {}  # the "seed" of each request
         self.in_flight = 0
+        self.max_in_flight = 0
 
     def answer_for(self, question: str) -> str | None:
         if question in self.answers:
@@ -130,6 +139,7 @@ class FakeModel:
         self.by_question[question] += 1
         self.seeds_by_question.setdefault(question, []).append(body.get("seed"))
         self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if settings["delay"]:
                 await asyncio.sleep(float(settings["delay"]))
@@ -144,6 +154,8 @@ class FakeModel:
                     {"error": {"message": "injected failure", "type": "InternalServerError"}},
                     status=int(settings["fail_status"]),
                 )
+            if settings["call_tools"]:
+                return await self.tool_turn(request, body, question, settings)
             salt = str(settings["salt"])
             if settings["salt_per_rollout"]:
                 salt += f"/{self.by_question[question]}"
@@ -167,11 +179,48 @@ class FakeModel:
         finally:
             self.in_flight -= 1
 
+    async def tool_turn(
+        self, request: web.Request, body: dict[str, Any], question: str, settings: dict[str, Any]
+    ) -> web.Response:
+        """A turn of a model that looks the answer up with the offered tool."""
+        messages = body["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        results = [m for m in messages[last_user:] if m["role"] == "tool"]
+        if results and settings["hold_tool_results"]:
+            self.stats["held_tool_results"] += 1
+            await _hold(request, float(settings["hold_tool_results"]))
+        tools = body.get("tools") or []
+        key = LOOKUP.search(question)
+        self.stats["completed_requests"] += 1
+        if tools and key and (settings["tool_loop"] or not results):
+            self.stats["tool_calls"] += 1
+            name = tools[0]["function"]["name"]
+            call_id = (
+                "call_" + hashlib.sha256(f"{question}/{len(results)}".encode()).hexdigest()[:12]
+            )
+            call = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps({"key": key[1]})},
+            }
+            return web.json_response(
+                _completion(body["model"], None, "tool_calls", 5, tool_calls=[call])
+            )
+        if results:
+            self.stats["tool_result_requests"] += 1
+            found = str(results[-1].get("content", ""))
+            right = self.fraction(str(settings["salt"]), question) < float(settings["accuracy"])
+            content = f"The answer is \\boxed{{{found if right else _wrong(found)}}}."
+        else:
+            content = "I do not know."
+        return web.json_response(_completion(body["model"], content, "stop", len(content.split())))
+
     async def get_stats(self, request: web.Request) -> web.Response:
         return web.json_response(
             {
                 **self.stats,
                 "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
                 "by_question": dict(self.by_question),
                 "seeds_by_question": self.seeds_by_question,
             }
@@ -186,6 +235,7 @@ class FakeModel:
             self.stats.clear()
             self.by_question.clear()
             self.seeds_by_question.clear()
+            self.max_in_flight = self.in_flight
         self.settings.update(update)
         return web.json_response(self.settings)
 
@@ -218,7 +268,16 @@ def _wrong(expected: str) -> str:
         return expected + " (not)"
 
 
-def _completion(model: str, content: str, finish: str, tokens: int) -> dict[str, Any]:
+def _completion(
+    model: str,
+    content: str | None,
+    finish: str,
+    tokens: int,
+    tool_calls: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     return {
         "id": f"chatcmpl-{time.monotonic_ns()}",
         "object": "chat.completion",
@@ -227,7 +286,7 @@ def _completion(model: str, content: str, finish: str, tokens: int) -> dict[str,
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
+                "message": message,
                 "finish_reason": finish,
                 "logprobs": None,
             }
