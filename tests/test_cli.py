@@ -260,3 +260,41 @@ def test_project_reads_ini_as_pytest_does(tmp_path: Path, name: str, text: str) 
     assert project.output_dir(None, environ={}) == tmp_path / "sub" / "out"
     assert project.output_dir(None, environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/x")
     assert project.output_dir("/y", environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/y")
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [
+        (["report", "{path}", "-o", "{tmp}/r.html"], 1),
+        (["push", "{path}", "--to", "org/evals"], 1),
+        (["compare", "{path}", "{tmp}"], 2),  # 1 is compare's "significant drop"
+        (["compare", "{tmp}", "{path}"], 2),
+    ],
+)
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_run_path_that_is_not_a_directory_is_the_commands_error(
+    tmp_path: Path, command: list[str], status: int, kind: str
+) -> None:
+    """Every command taking run paths names the path and the fix in one line, with the exit
+    status it gives any run it cannot use (never click's usage error)."""
+    path = tmp_path / "outputs" / "evals" / "no-such-run"
+    if kind == "file":
+        path.parent.mkdir(parents=True)
+        path.write_text("not a run\n")
+    args = [a.format(path=path, tmp=tmp_path) for a in command]
+    result = CliRunner().invoke(main, args, env={"HF_TOKEN": "hf_x"})
+    assert result.exit_code == status, result.output
+    problem = "no such directory" if kind == "missing" else "not a directory"
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: {path}: {problem}; give ")
+    assert "pytest-modal-eval runs --json" in line
+
+
+def test_show_names_the_fix_for_an_unknown_run(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["show", str(tmp_path / "missing"), "--eval-output-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert f"no run '{tmp_path / 'missing'}' in {tmp_path}; give a run id" in line
+    assert "pytest-modal-eval runs --json" in line

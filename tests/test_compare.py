@@ -266,7 +266,7 @@ def test_compare_refuses_runs_of_different_benchmarks(project: BenchmarkProject)
     status, out = _compare(run_a, str(beta))
     assert status == 2 and "compare runs of one benchmark" in out
     status, out = _compare(run_a, str(project.pytester.path))
-    assert status == 2 and "is not a run directory (no metadata.json)" in out
+    assert status == 2 and "is not a finished run's directory (no metadata.json)" in out
 
 
 def test_adding_a_model_keeps_the_finished_runs_of_the_first(project: BenchmarkProject) -> None:
