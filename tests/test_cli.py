@@ -64,7 +64,9 @@ def make_outputs(project: BenchmarkProject) -> Path:
     return project.pytester.path / "outputs" / "evals"
 
 
-def kill_partway(project: BenchmarkProject, target: str) -> None:
+def kill_partway(project: BenchmarkProject, target: str, after: int = 3) -> None:
+    """Run ``target`` in a pytest subprocess and SIGKILL it once ``after`` of its examples
+    are in the checkpoint."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
         [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", *project.args()],
@@ -79,13 +81,16 @@ def kill_partway(project: BenchmarkProject, target: str) -> None:
     while not progressed and time.monotonic() < deadline:
         time.sleep(0.1)
         for run in iter_runs(outputs):
-            if not run.dir.parent.name.startswith("slow--"):
+            if not run.dir.parent.name.startswith(f"{Path(target).stem}--"):
                 continue
             meta = run.read_checkpoint_meta() or {}
-            progressed = len(meta.get("completed_example_ids") or []) >= 3
+            progressed = len(meta.get("completed_example_ids") or []) >= after
     process.send_signal(signal.SIGKILL)
     process.wait(10)
     assert progressed, "the run never checkpointed"
+
+
+SERIAL = "eval: {max_concurrent: 1, max_retries: 0}\n"
 
 
 def by_benchmark(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -107,6 +112,32 @@ def test_runs_lists_each_state(outputs: Path) -> None:
     assert f"incomplete {slow['done']} of 40" in table
     assert f"with errors ({flaky['errors']})" in table
     assert "1.000 ± 0.000" in table
+
+
+def test_a_resumed_run_is_incomplete_until_its_session_ends(project: BenchmarkProject) -> None:
+    """A run that ended with errors, then was resumed and killed, is incomplete (k of n), not
+    the earlier session's "with errors"; finishing it makes it complete."""
+    project.add("flaky", n=12, gate="gate: {max_error_rate: 1.0}", extra_yaml=SERIAL)
+    project.server.configure(fail_rate=0.5)
+    project.run("evals/flaky.yaml").assert_outcomes(passed=1)
+    (before,) = as_json(cli("runs", "--json"))
+    assert before["state"] == "with errors" and before["done"] < 12
+
+    project.server.configure(fail_rate=0.0, delay=0.3)
+    kill_partway(project, "evals/flaky.yaml", after=before["done"] + 1)
+    (killed,) = as_json(cli("runs", "--json"))
+    assert killed["run_id"] == before["run_id"]
+    assert killed["state"] == "incomplete", killed
+    assert before["done"] < killed["done"] < 12 and killed["total"] == 12
+    assert f"incomplete {killed['done']} of 12" in cli("runs").stdout
+    paths = RunPaths(Path(killed["dir"]))
+    assert not paths.finished() and not paths.results.exists()
+    assert len({r["example_id"] for r in paths.records() if not r.get("error")}) >= killed["done"]
+
+    project.server.configure(delay=0.0)
+    project.run("evals/flaky.yaml").assert_outcomes(passed=1)
+    (after,) = as_json(cli("runs", "--json"))
+    assert (after["run_id"], after["state"], after["done"]) == (before["run_id"], "complete", 12)
 
 
 def test_runs_filters_and_limits(outputs: Path) -> None:

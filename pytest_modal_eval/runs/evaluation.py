@@ -376,6 +376,7 @@ class BenchmarkRun:
             if any(still_missing):
                 if info is None:
                     raise RuntimeError("examples are missing but no endpoint was given")
+                RunPaths(run_dir).discard_final_files()
                 with verifiers_log_to(RunPaths(run_dir).logs / "verifiers.log"):
                     _run_grouped(
                         run_dir, self.env, rows, still_missing, request, info, self.sampling,
