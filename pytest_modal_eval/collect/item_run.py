@@ -257,7 +257,7 @@ def _baseline(
     if current is None:
         return None, None, False
     try:
-        found = check_baseline(snapshot, current, stored_file)
+        found = check_baseline(snapshot, current, stored_file, item.reference)
     except BaselineError as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     recorded = found.status in (BaselineStatus.RECORDED, BaselineStatus.UPDATED)
