@@ -181,7 +181,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     try:
         info = prepared.endpoint
         # The start-up counts for the benchmark whose request started the server.
-        waited = info.startup_s if info is not None and info.started_for == item.nodeid else 0.0
+        waited = info.waited_by(item.nodeid) if info is not None else 0.0
         outcome = run.run(info, on_example, server_startup_s=waited)
     except (RunAborted, DirectClientError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None

@@ -674,7 +674,7 @@ def _run_config(
         "server_profile": mask_profile(request.server),
         "endpoint": info.endpoint.base_url,
         "chat_template": info.chat_template or None,
-        "server_startup": info.startup or None,
+        "server_startup": (info.startup.phases or None) if info.startup else None,
         "sampling": config.sampling.model_dump(),
         "rollouts": config.eval.rollouts,
         "num_examples": n_selected,
