@@ -12,9 +12,29 @@ if TYPE_CHECKING:
     from pytest_modal_eval.serving.endpoint import Endpoint
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Runs at collection in every collecting process: with several ``--model``, a test that
+    uses ``eval_endpoint`` runs once per model, as each benchmark does (``test_x[org--name]``,
+    named like the benchmark items' model suffix)."""
+    from pytest_modal_eval.collect.items import model_label
+    from pytest_modal_eval.collect.server_plan import ENDPOINT_FIXTURE
+    from pytest_modal_eval.collect.session import SESSION_KEY
+
+    if ENDPOINT_FIXTURE not in metafunc.fixturenames:
+        return
+
+    models = metafunc.config.stash[SESSION_KEY].settings.models
+    if len(models) > 1:
+        labels = [model_label(model) for model in models]
+        metafunc.parametrize(ENDPOINT_FIXTURE, models, indirect=True, ids=labels)
+
+
 @pytest.fixture(scope="session")
-def eval_endpoint(pytestconfig: pytest.Config) -> Callable[..., Endpoint]:
-    """Return ``get(benchmark=None) -> Endpoint`` for the session's ``--model``.
+def eval_endpoint(
+    pytestconfig: pytest.Config, request: pytest.FixtureRequest
+) -> Callable[..., Endpoint]:
+    """Return ``get(benchmark=None) -> Endpoint`` for the session's ``--model``; with several
+    ``--model``, the test runs once per model and ``get`` returns that model's endpoint.
 
     The endpoint is the one the benchmark items use: the same deployment for the same server
     profile (backend, model, infra, vllm, chat template), started on first use. ``benchmark``
@@ -34,10 +54,12 @@ def eval_endpoint(pytestconfig: pytest.Config) -> Callable[..., Endpoint]:
     from pytest_modal_eval.serving.endpoint import ServerRequest
 
     session = pytestconfig.stash[SESSION_KEY]
+    # This test's model when parametrized per model (several --model), else the only one.
+    model: str | None = getattr(request, "param", None) or session.settings.model
 
     def get(benchmark: str | Path | None = None) -> Endpoint:
         settings = session.settings
-        if not settings.model:
+        if not model:
             pytest.fail("eval_endpoint needs --model ORG/NAME", pytrace=False)
         if benchmark is None:
             defaults = BenchmarkConfig.model_validate({"env_id": "custom"})
@@ -47,7 +69,8 @@ def eval_endpoint(pytestconfig: pytest.Config) -> Callable[..., Endpoint]:
         # The running test holds the server until its teardown; on --backend local a test
         # cannot hold two profiles' servers at once.
         info = endpoint_source(pytestconfig).endpoint_for(
-            ServerRequest.for_benchmark(settings, bench), pytestconfig.stash[PLAN_KEY].current
+            ServerRequest.for_benchmark(settings, bench, model),
+            pytestconfig.stash[PLAN_KEY].current,
         )
         return info.endpoint
 

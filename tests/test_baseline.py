@@ -414,3 +414,31 @@ def test_update_new_only_records_missing_but_keeps_existing(project: Project) ->
     assert project.outcome("gsm8k")["status"] == "recorded"
     assert project.outcome("mmlu-pro")["status"] == "loaded"
     assert project.baseline("mmlu-pro").read_text() == before
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "mmlu-pro", "odd: name?*", "tab\there"])
+def test_a_named_baseline_is_the_file_syrupy_names_after_the_item(name: str) -> None:
+    """A benchmark's baseline is named by its ``baseline_name``; for a one-model item (named
+    like the benchmark) that must be the very file syrupy's own naming gives, so baselines
+    recorded before are found. Pins syrupy's cleaning of single-file snapshot names."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from syrupy.location import PyTestLocation
+
+    from pytest_modal_eval.judge.baseline import BASELINE_NAME_ATTR, BaselineExtension
+
+    def location(**attributes: str) -> PyTestLocation:
+        item = SimpleNamespace(
+            path=Path("evals/x.yaml"), obj=test_update_writes_readable_file_and_next_run_loads_it
+        )
+        item.name, item.nodeid = name, f"evals/x.yaml::{name}"
+        for key, value in attributes.items():
+            setattr(item, key, value)
+        return PyTestLocation(cast(pytest.Item, item))
+
+    named = BaselineExtension.get_snapshot_name(
+        test_location=location(**{BASELINE_NAME_ATTR: name})
+    )
+    assert named == BaselineExtension.item_snapshot_name(location())
+    assert BaselineExtension.get_snapshot_name(test_location=location()) == named

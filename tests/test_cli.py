@@ -64,7 +64,9 @@ def make_outputs(project: BenchmarkProject) -> Path:
     return project.pytester.path / "outputs" / "evals"
 
 
-def kill_partway(project: BenchmarkProject, target: str) -> None:
+def kill_partway(project: BenchmarkProject, target: str, after: int = 3) -> None:
+    """Run ``target`` in a pytest subprocess and SIGKILL it once ``after`` of its examples
+    are in the checkpoint."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
         [sys.executable, "-m", "pytest", target, "-p", "no:cacheprovider", *project.args()],
@@ -79,13 +81,16 @@ def kill_partway(project: BenchmarkProject, target: str) -> None:
     while not progressed and time.monotonic() < deadline:
         time.sleep(0.1)
         for run in iter_runs(outputs):
-            if not run.dir.parent.name.startswith("slow--"):
+            if not run.dir.parent.name.startswith(f"{Path(target).stem}--"):
                 continue
             meta = run.read_checkpoint_meta() or {}
-            progressed = len(meta.get("completed_example_ids") or []) >= 3
+            progressed = len(meta.get("completed_example_ids") or []) >= after
     process.send_signal(signal.SIGKILL)
     process.wait(10)
     assert progressed, "the run never checkpointed"
+
+
+SERIAL = "eval: {max_concurrent: 1, max_retries: 0}\n"
 
 
 def by_benchmark(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -107,6 +112,32 @@ def test_runs_lists_each_state(outputs: Path) -> None:
     assert f"incomplete {slow['done']} of 40" in table
     assert f"with errors ({flaky['errors']})" in table
     assert "1.000 ± 0.000" in table
+
+
+def test_a_resumed_run_is_incomplete_until_its_session_ends(project: BenchmarkProject) -> None:
+    """A run that ended with errors, then was resumed and killed, is incomplete (k of n), not
+    the earlier session's "with errors"; finishing it makes it complete."""
+    project.add("flaky", n=12, gate="gate: {max_error_rate: 1.0}", extra_yaml=SERIAL)
+    project.server.configure(fail_rate=0.5)
+    project.run("evals/flaky.yaml").assert_outcomes(passed=1)
+    (before,) = as_json(cli("runs", "--json"))
+    assert before["state"] == "with errors" and before["done"] < 12
+
+    project.server.configure(fail_rate=0.0, delay=0.3)
+    kill_partway(project, "evals/flaky.yaml", after=before["done"] + 1)
+    (killed,) = as_json(cli("runs", "--json"))
+    assert killed["run_id"] == before["run_id"]
+    assert killed["state"] == "incomplete", killed
+    assert before["done"] < killed["done"] < 12 and killed["total"] == 12
+    assert f"incomplete {killed['done']} of 12" in cli("runs").stdout
+    paths = RunPaths(Path(killed["dir"]))
+    assert not paths.finished() and not paths.results.exists()
+    assert len({r["example_id"] for r in paths.records() if not r.get("error")}) >= killed["done"]
+
+    project.server.configure(delay=0.0)
+    project.run("evals/flaky.yaml").assert_outcomes(passed=1)
+    (after,) = as_json(cli("runs", "--json"))
+    assert (after["run_id"], after["state"], after["done"]) == (before["run_id"], "complete", 12)
 
 
 def test_runs_filters_and_limits(outputs: Path) -> None:
@@ -260,3 +291,41 @@ def test_project_reads_ini_as_pytest_does(tmp_path: Path, name: str, text: str) 
     assert project.output_dir(None, environ={}) == tmp_path / "sub" / "out"
     assert project.output_dir(None, environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/x")
     assert project.output_dir("/y", environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/y")
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [
+        (["report", "{path}", "-o", "{tmp}/r.html"], 1),
+        (["push", "{path}", "--to", "org/evals"], 1),
+        (["compare", "{path}", "{tmp}"], 2),  # 1 is compare's "significant drop"
+        (["compare", "{tmp}", "{path}"], 2),
+    ],
+)
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_run_path_that_is_not_a_directory_is_the_commands_error(
+    tmp_path: Path, command: list[str], status: int, kind: str
+) -> None:
+    """Every command taking run paths names the path and the fix in one line, with the exit
+    status it gives any run it cannot use (never click's usage error)."""
+    path = tmp_path / "outputs" / "evals" / "no-such-run"
+    if kind == "file":
+        path.parent.mkdir(parents=True)
+        path.write_text("not a run\n")
+    args = [a.format(path=path, tmp=tmp_path) for a in command]
+    result = CliRunner().invoke(main, args, env={"HF_TOKEN": "hf_x"})
+    assert result.exit_code == status, result.output
+    problem = "no such directory" if kind == "missing" else "not a directory"
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: {path}: {problem}; give ")
+    assert "pytest-modal-eval runs --json" in line
+
+
+def test_show_names_the_fix_for_an_unknown_run(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["show", str(tmp_path / "missing"), "--eval-output-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert f"no run '{tmp_path / 'missing'}' in {tmp_path}; give a run id" in line
+    assert "pytest-modal-eval runs --json" in line

@@ -266,7 +266,7 @@ def test_compare_refuses_runs_of_different_benchmarks(project: BenchmarkProject)
     status, out = _compare(run_a, str(beta))
     assert status == 2 and "compare runs of one benchmark" in out
     status, out = _compare(run_a, str(project.pytester.path))
-    assert status == 2 and "is not a run directory (no metadata.json)" in out
+    assert status == 2 and "is not a finished run's directory (no metadata.json)" in out
 
 
 def test_adding_a_model_keeps_the_finished_runs_of_the_first(project: BenchmarkProject) -> None:
@@ -289,3 +289,38 @@ def test_vs_reference_fails_when_no_comparison_was_made(project: BenchmarkProjec
     result = project.run(*extra, "-k", "model-b")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*gate.vs_reference: no comparison with the reference model*"])
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
+def test_eval_endpoint_runs_a_users_test_once_per_model(
+    project: BenchmarkProject, xdist: list[str]
+) -> None:
+    """With several --model, a test using eval_endpoint runs for each, named like the items."""
+    project.add("alpha", n=4)
+    project.pytester.makepyfile(
+        test_mine="""
+        import httpx
+
+        def test_chat(eval_endpoint, request):
+            endpoint = eval_endpoint("evals/alpha.yaml")
+            assert request.node.name == f"test_chat[{endpoint.model}]"
+            httpx.post(
+                endpoint.base_url + "/chat/completions",
+                json={"model": endpoint.model,
+                      "messages": [{"role": "user", "content": "What is 2 + 3?"}]},
+                headers=dict(endpoint.headers),
+            ).raise_for_status()
+            assert eval_endpoint().model == endpoint.model  # the defaults' profile, same model
+        """
+    )
+    extra = two_models(project, 1.0, 1.0)
+    project.server.configure(reset_stats=True)
+    result = project.run_subprocess("test_mine.py", "-v", *extra, *xdist)
+    result.assert_outcomes(passed=2)
+    for model in (REFERENCE, CHALLENGER):
+        assert any(
+            "PASSED" in line and f"test_mine.py::test_chat[{model}]" in line
+            for line in result.stdout.lines
+        ), model
+    stats = project.server.stats()
+    assert stats[f"chat_requests:{REFERENCE}"] == stats[f"chat_requests:{CHALLENGER}"] == 1

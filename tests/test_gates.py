@@ -114,3 +114,72 @@ def test_baselines_work_under_xdist(project: BenchmarkProject) -> None:
     result = project.run_subprocess("-n", "2", "--eval-fresh")
     result.assert_outcomes(failed=2)
     assert result.stdout.str().count("significant drop from the stored baseline") == 2
+
+
+def compared_items(project: BenchmarkProject) -> dict[str, float]:
+    """Item name -> its difference from the stored baseline, for the items compared with one."""
+    tree = ET.parse(project.pytester.path / "report.xml")
+    found = {}
+    for case in tree.iter("testcase"):
+        props = {p.get("name"): p.get("value", "") for p in case.iter("property")}
+        if "baseline_diff" in props:
+            found[case.get("name", "")] = float(props["baseline_diff"])
+    return found
+
+
+def two_models(project: BenchmarkProject) -> list[str]:
+    """model-b, served beside test-model, misses most questions."""
+    project.server.configure(accuracy=1.0, models={"model-b": {"accuracy": 0.3, "salt": "b"}})
+    return ["--model", "model-b", "--eval-fresh", "--junitxml=report.xml"]
+
+
+def test_a_baseline_is_found_however_many_models_the_session_has(
+    project: BenchmarkProject,
+) -> None:
+    """Recorded with one --model, a benchmark's baseline is read by each model's item when the
+    session has several (items alpha--test-model, alpha--model-b)."""
+    project.add("alpha", n=40, gate="gate: {min_avg_reward: 0.1}")
+    record_baseline(project, 1.0)
+    result = project.run(*two_models(project))
+    result.assert_outcomes(passed=1, failed=1)
+    assert "no baseline yet" not in result.stdout.str()
+    diffs = compared_items(project)
+    assert set(diffs) == {"alpha--test-model", "alpha--model-b"}
+    assert diffs["alpha--test-model"] == 0.0 and diffs["alpha--model-b"] < -0.5
+    assert result.stdout.str().count("significant drop from the stored baseline") == 1
+    assert sorted(p.name for p in (project.evals / "__baselines__").iterdir()) == ["alpha.json"]
+
+
+def test_baselines_named_per_item_are_read_until_the_benchmarks_is_recorded(
+    project: BenchmarkProject,
+) -> None:
+    """Files named after the items of several models (alpha--test-model.json) are still
+    read; --snapshot-update records the benchmark's one file from the reference model."""
+    project.add("alpha", n=40, gate="gate: {min_avg_reward: 0.1}")
+    record_baseline(project, 1.0)
+    baselines = project.evals / "__baselines__"
+    stored = (baselines / "alpha.json").read_text()
+    (baselines / "alpha.json").unlink()
+    for item in ("alpha--test-model", "alpha--model-b"):
+        (baselines / f"{item}.json").write_text(stored)
+
+    result = project.run(*two_models(project))
+    result.assert_outcomes(passed=1, failed=1)
+    assert "no baseline yet" not in result.stdout.str()
+    assert set(compared_items(project)) == {"alpha--test-model", "alpha--model-b"}
+
+    result = project.run(*two_models(project), "--snapshot-update")
+    result.stdout.fnmatch_lines_random(
+        [
+            "*1 snapshot generated*",
+            "alpha: note: baseline recorded (evals/__baselines__/alpha.json); "
+            "evals/__baselines__/alpha--test-model.json is no longer read: git rm it",
+            "alpha: note: baseline evals/__baselines__/alpha*.json is recorded from the "
+            "reference model test-model; not compared while it is being recorded",
+        ]
+    )
+    assert json.loads((baselines / "alpha.json").read_text())["model"] == "test-model"
+
+    result = project.run(*two_models(project))
+    assert set(compared_items(project)) == {"alpha--test-model", "alpha--model-b"}
+    assert "no longer read" not in result.stdout.str()

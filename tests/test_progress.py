@@ -12,7 +12,12 @@ import time
 
 import pytest
 
-from pytest_modal_eval.report.progress import BenchmarkProgress, example_fields, read_fields
+from pytest_modal_eval.report.progress import (
+    BenchmarkProgress,
+    ExampleFields,
+    example_fields,
+    read_fields,
+)
 from pytest_modal_eval.runs.evaluation import ExampleResult
 from tests.conftest import BenchmarkProject
 
@@ -33,19 +38,41 @@ def test_fields_survive_reprs() -> None:
     assert read_fields({"i": "'1'"}) is None  # someone else's subtest
 
 
-def test_line_figures() -> None:
-    progress = BenchmarkProgress("gsm8k", started=0.0)
-    for n, reward in enumerate([1.0, 0.0, 1.0, 1.0], start=1):
-        fields = read_fields({"reward": f"{reward:.3f}", "done": f"{n}/8", "mean": "x"})
-        assert fields is not None
-        progress.add(fields)
-    fields = read_fields({"reward": "error", "done": "5/8", "mean": "x"})
+def _fields(reward: str, done: int, total: int, resumed: bool = False) -> ExampleFields:
+    kwargs = {"reward": reward, "done": f"{done}/{total}", "mean": "x"}
+    fields = read_fields({**kwargs, "resumed": "yes"} if resumed else kwargs)
     assert fields is not None
-    progress.add(fields)
-    # 5 done in 2.5 s: 2 ex/s, 3 left: 0:02; mean 0.75, 95% half-width 1.96 * 0.5 / 2
+    return fields
+
+
+def test_line_figures() -> None:
+    progress = BenchmarkProgress("gsm8k")
+    for n, reward in enumerate([1.0, 0.0, 1.0, 1.0], start=1):
+        progress.add(_fields(f"{reward:.3f}", n, 8), now=0.5 * n)
+    progress.add(_fields("error", 5, 8), now=2.5)
+    # 4 more after the first, in 2 s: 2 ex/s, 3 left: 0:02; mean 0.75, 95% half-width
+    # 1.96 * 0.5 / 2
     assert progress.line(2.5) == (
         "gsm8k  5/8 (62%)  2.0 ex/s  ETA 0:02  mean 0.750 ± 0.490  errors 1"
     )
+
+
+def test_a_fast_run_has_a_rate_from_its_second_example() -> None:
+    """200 examples in 1.7 s: every line after the first example's has a rate; resumed
+    examples (reported at once, before any new one) count as done, not in the rate."""
+    progress = BenchmarkProgress("fast")
+    for n in range(1, 51):
+        progress.add(_fields("1.000", n, 250, resumed=True), now=0.0)
+    assert progress.rate(0.0) is None and "  - ex/s  " in progress.line(0.5)
+    for n in range(200):
+        now = 0.1 + n * 1.6 / 199
+        progress.add(_fields("1.000", 51 + n, 250), now=now)
+        rate = progress.rate(now)
+        if n == 0:
+            assert rate is None  # one example: no interval to measure
+        else:
+            assert rate == pytest.approx(199 / 1.6), (n, rate)
+    assert progress.line(1.7).startswith("fast  250/250 (100%)  124.4 ex/s  mean 1.000")
 
 
 def test_plain_lines_on_a_pipe(project: BenchmarkProject) -> None:
@@ -55,8 +82,10 @@ def test_plain_lines_on_a_pipe(project: BenchmarkProject) -> None:
     lines = [line for line in result.stdout.lines if line.startswith("progress: ")]
     # One line per tenth of the examples, the last at 100%, none with terminal codes.
     assert len(lines) == 10, lines
+    # The run takes well under a second; each line after the first example's has a rate.
+    assert all(re.search(r"  [\d.]+ ex/s  ", line) for line in lines), lines
     assert re.fullmatch(
-        r"progress: arith  30/30 \(100%\)  (- |[\d.]+ )ex/s  mean 1\.000 ± 0\.000  errors 0",
+        r"progress: arith  30/30 \(100%\)  [\d.]+ ex/s  mean 1\.000 ± 0\.000  errors 0",
         lines[-1],
     ), lines[-1]
     assert "\x1b[" not in result.stdout.str()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_modal_eval.serving.costs import DEFAULT_GPU_PRICES, ServerTime, parse_prices
+from pytest_modal_eval.serving.endpoint import Endpoint, EndpointInfo, ServerStartup
 from pytest_modal_eval.serving.modal.backend import ModalServer
 from tests.conftest import BenchmarkProject
 
@@ -75,6 +76,11 @@ def test_modal_run_reports_startup_server_time_gpu_hours_and_cost(
     assert serving["usd_per_gpu_hour"] == 36
     assert serving["est_cost_usd"] == pytest.approx(serving["server_s"] * 2 / 3600 * 36, abs=1e-3)
     assert serving["price_source"] == "ini modal_eval_gpu_prices"
+    # One start-up record: its phases in run_config.json (what `show` prints), its total here.
+    config = json.loads((metadata.parent / "run_config.json").read_text())
+    phases = config["server_startup"]
+    assert "until_serving" in phases
+    assert serving["server_startup_s"] >= max(phases.values()) - 0.1
     result.stdout.fnmatch_lines(
         [
             "alpha: server: start-up *s, *s in use; * GPU-hours (A100-80GB:2), est. $*",
@@ -108,3 +114,17 @@ def test_summary_has_error_rows_and_run_paths_relative_to_the_rootdir(
     [beta_row] = [line for line in summary.splitlines() if line.startswith("beta ")]
     assert "ERROR" in beta_row.split()
     result.stdout.fnmatch_lines(["beta: ERROR: *not-installed-env*is not installed*"])
+
+
+def test_the_start_up_record_crosses_to_workers_and_counts_for_its_item() -> None:
+    """EndpointInfo goes to xdist workers as JSON: its start-up record comes back whole, and
+    only the item that started the server waited for it."""
+    startup = ServerStartup(2.5, "evals/a.yaml::a", {"deploy": 1.2, "until_serving": 1.1})
+    info = EndpointInfo(
+        Endpoint("http://127.0.0.1:9/v1", "m"), {"backend": "modal"}, startup=startup
+    )
+    assert EndpointInfo.from_json(json.loads(json.dumps(info.to_json()))) == info
+    assert (info.waited_by("evals/a.yaml::a"), info.waited_by("evals/b.yaml::b")) == (2.5, 0.0)
+    unstarted = EndpointInfo(Endpoint("http://127.0.0.1:9/v1", "m"), {"backend": "endpoint"})
+    assert EndpointInfo.from_json(json.loads(json.dumps(unstarted.to_json()))) == unstarted
+    assert unstarted.waited_by("evals/a.yaml::a") == 0.0

@@ -504,3 +504,24 @@ def test_push_and_mlflow_at_session_end(
     assert pushed.exit_code == 0, pushed.output
     assert "already has alpha--default--test-model, beta--default--test-model" in pushed.output
     assert len(repo.commits) == commits
+
+
+@pytest.mark.parametrize(
+    ("mean", "stderr", "ci", "shown"),
+    [
+        (0.5, 0.25, [0.1, 0.9], "| 0.500 ± 0.250 | [0.100, 0.900] |"),
+        # Numbers that arrive as text (a metadata.json written by hand or by another tool)
+        # are still numbers, as the terminal summary writes them.
+        ("0.5", "0.25", ["0.1", 0.9], "| 0.500 ± 0.250 | [0.100, 0.900] |"),
+        (None, float("nan"), [None, "x"], "| n/a ± n/a | [n/a, n/a] |"),
+        (1, 0, "not a list", "| 1.000 ± 0.000 | n/a |"),
+    ],
+)
+def test_card_writes_numbers_as_the_summary_does(
+    mean: Any, stderr: Any, ci: Any, shown: str
+) -> None:
+    from pytest_modal_eval.share.card import CardEntry, render_card
+
+    metadata = {"benchmark": "qa", "model": "m", "avg_reward": mean, "stderr": stderr, "ci": ci}
+    card = render_card("org/evals", [CardEntry("qa--default--m", metadata, {})])
+    assert shown in card, card

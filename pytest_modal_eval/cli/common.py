@@ -42,6 +42,25 @@ def resolve_output_dir(option: str | None) -> Path:
     return Project.find().output_dir(option)
 
 
+#: The fix every "no such run" message gives: where a user finds a run's directory.
+FIND_RUNS = "`pytest-modal-eval runs --json` lists each run's id and dir"
+
+
+def require_dir(
+    path: Path, expected: str, error: type[click.ClickException] = click.ClickException
+) -> Path:
+    """``path`` when it is a directory; else ``error`` with one line naming it and the fix.
+
+    Run paths are checked here rather than by ``click.Path(exists=True)``: click reports those
+    as usage errors (exit status 2), while every command treats a run it cannot find as its
+    own failure (exit status 1, or ``compare``'s 2 for runs that cannot be compared).
+    """
+    if path.is_dir():
+        return path
+    problem = "not a directory" if path.exists() else "no such directory"
+    raise error(f"{path}: {problem}; give {expected} ({FIND_RUNS})")
+
+
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from pytest_modal_eval.cli.common import FIND_RUNS, require_dir
 from pytest_modal_eval.runs.resume import comparable_fields
 
 EXIT_DROP = 1
@@ -29,8 +30,8 @@ class CompareError(click.ClickException):
 
 
 @click.command("compare")
-@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")
 @click.option(
     "--max-drop",
@@ -56,6 +57,8 @@ def compare(run_a: Path, run_b: Path, as_json: bool, max_drop: float, alpha: flo
     from pytest_modal_eval.report.format import describe_comparison
     from pytest_modal_eval.stats.summary import compare_paired
 
+    for path in (run_a, run_b):
+        require_dir(path, "a finished run's directory", CompareError)
     a, b = StoredRun.read(run_a), StoredRun.read(run_b)
     if a.benchmark != b.benchmark:
         raise CompareError(
@@ -150,7 +153,9 @@ def _json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise CompareError(f"{path.parent} is not a run directory (no {path.name})") from None
+        raise CompareError(
+            f"{path.parent} is not a finished run's directory (no {path.name}); {FIND_RUNS}"
+        ) from None
     except (OSError, ValueError) as exc:
         raise CompareError(f"{path}: unreadable: {exc}") from None
     if not isinstance(data, dict):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from pytest_modal_eval.cli.common import require_dir
 from pytest_modal_eval.exceptions import ShareError
 from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.share import bundle, hub
@@ -23,7 +24,7 @@ from pytest_modal_eval.share import bundle, hub
     metavar="RUN...",
     nargs=-1,
     required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
 )
 @click.option(
     "--to",
@@ -44,6 +45,8 @@ def push(locations: tuple[Path, ...], repo_id: str, private: bool) -> None:
     One configuration per benchmark x model (the newest run given of each), with a dataset
     card. The token comes from HF_TOKEN. Pushing the same runs again changes nothing.
     """
+    for location in locations:
+        require_dir(location, "a run directory or a directory holding runs")
     try:
         hub.check_repo_id(repo_id)
         token = hub.hub_token(os.environ)

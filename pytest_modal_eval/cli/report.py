@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
+from pytest_modal_eval.cli.common import require_dir
 from pytest_modal_eval.report.html import ReportError, find_runs, write_report
+
+EXPECTED = "a run directory, a benchmark's directory or the output directory"
 
 
 @click.command("report")
-@click.argument(
-    "runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
-)
+@click.argument("runs", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "-o",
     "--output",
@@ -29,7 +30,7 @@ def report(runs: tuple[Path, ...], output: Path) -> None:
     of each benchmark and model in it.
     """
     try:
-        run_dirs = [run_dir for path in runs for run_dir in find_runs(path)]
+        run_dirs = [run_dir for path in runs for run_dir in find_runs(require_dir(path, EXPECTED))]
         benchmarks = write_report(output, [(run_dir, None) for run_dir in run_dirs])
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from pytest_modal_eval.cli.common import (
+    FIND_RUNS,
     echo_json,
     json_option,
     output_dir_option,
@@ -47,9 +48,13 @@ def show(
     run: str, missed: bool, errored: bool, limit: int, output_dir: str | None, as_json: bool
 ) -> None:
     """Show one run (RUN: a run id, or its directory)."""
-    paths = find_run(run, resolve_output_dir(output_dir))
+    output = resolve_output_dir(output_dir)
+    paths = find_run(run, output)
     if paths is None:
-        raise click.ClickException(f"no run {run!r} in {resolve_output_dir(output_dir)}")
+        raise click.ClickException(
+            f"no run {run!r} in {output}; give a run id (or a unique prefix) or a run "
+            f"directory ({FIND_RUNS})"
+        )
     listing = read_listing(paths)
     config = paths.read_run_config() or {}
     examples = []

@@ -205,7 +205,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
     try:
         info = prepared.endpoint
         # The start-up counts for the benchmark whose request started the server.
-        waited = info.startup_s if info is not None and info.started_for == item.nodeid else 0.0
+        waited = info.waited_by(item.nodeid) if info is not None else 0.0
         outcome = run.run(info, on_example, server_startup_s=waited)
     except (RunAborted, DirectClientError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
@@ -285,7 +285,7 @@ def _baseline(
     if current is None:
         return None, None, False
     try:
-        found = check_baseline(snapshot, current, stored_file)
+        found = check_baseline(snapshot, current, stored_file, item.reference)
     except BaselineError as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     recorded = found.status in (BaselineStatus.RECORDED, BaselineStatus.UPDATED)

@@ -168,6 +168,12 @@ class BenchmarkItem(pytest.Function):
         self.reference_nodeid: str | None = None
 
     @property
+    def baseline_name(self) -> str:
+        """Its stored baseline's name (judge.baseline.BASELINE_NAME_ATTR): the benchmark's, for
+        every model, so a baseline is found however many --model the session has."""
+        return self.benchmark.name
+
+    @property
     def runner(self) -> ItemRunner:
         return self.config.stash[RUNNER_KEY]
 

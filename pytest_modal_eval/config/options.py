@@ -28,7 +28,8 @@ def add_options(parser: pytest.Parser) -> None:
         default=[],
         help="model under test: a Hugging Face id or a local directory. Repeat it to compare "
         "models: each benchmark becomes one item per model, each compared with the first (the "
-        "reference). Benchmarks error without it. Default: none.",
+        "reference), and a test using eval_endpoint runs once per model. Benchmarks error "
+        "without it. Default: none.",
     )
     group.addoption(
         "--override",

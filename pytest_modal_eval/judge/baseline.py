@@ -5,8 +5,10 @@ so the item can test for a regression with :func:`pytest_modal_eval.stats.summar
 The file is small, key-ordered JSON with one example per line, so a pull request shows exactly which
 examples flipped.
 
-Where the files live, and why not in ``__snapshots__``: for an item collected from
-``evals/gsm8k.yaml`` and named ``gsm8k`` the baseline is ``evals/__baselines__/gsm8k.json``. Any
+Where the files live, and why not in ``__snapshots__``: for a benchmark collected from
+``evals/gsm8k.yaml`` and named ``gsm8k`` the baseline is ``evals/__baselines__/gsm8k.json``,
+whichever model its item evaluates and however many ``--model`` the session has (the item is
+``gsm8k--org--name`` with several; a baseline is compared across models). Any
 syrupy extension in use (the default amber one comes with every ``snapshot`` fixture) walks
 ``<dir>/__snapshots__`` recursively and claims each file there; one that the session did not
 assert on counts as unused, which fails a full run without ``--snapshot-update`` and deletes the
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Self
+from unicodedata import category
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -40,6 +43,11 @@ from pytest_modal_eval.stats.summary import ExampleMeans, ExampleRewards, summar
 
 FORMAT_VERSION = 1
 REFRESH_HINT = "refresh it with --snapshot-update"
+#: The attribute of a test item naming its baseline file (a benchmark item's: its benchmark's
+#: name); an item without it is named after itself, as syrupy names a snapshot.
+BASELINE_NAME_ATTR = "baseline_name"
+#: Characters syrupy leaves out of a single-file snapshot's name (with control characters).
+_UNSAFE_IN_NAMES = frozenset('\\/?*:|"<>')
 
 
 @dataclass(frozen=True)
@@ -233,9 +241,10 @@ def _inconsistencies(head: _Head, per_example: ExampleMeans) -> list[str]:
 
 
 class BaselineExtension(SingleFileSnapshotExtension):
-    """Syrupy extension storing a :class:`Baseline` as ``<dir>/__baselines__/<item name>.json``.
+    """Syrupy extension storing a :class:`Baseline` as ``<dir>/__baselines__/<name>.json``,
+    ``<name>`` being the item's ``baseline_name`` (its benchmark's name) or else its own name.
 
-    One baseline per item whatever the assertion index, and invisible to syrupy's
+    One baseline per benchmark whatever the assertion index, and invisible to syrupy's
     unused-snapshot discovery (see the module docstring).
     """
 
@@ -265,6 +274,20 @@ class BaselineExtension(SingleFileSnapshotExtension):
 
     @classmethod
     def get_snapshot_name(cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0) -> str:
+        name = getattr(test_location.item, BASELINE_NAME_ATTR, None)
+        if isinstance(name, str) and name:
+            # Cleaned as syrupy cleans an item's name, so that a benchmark's baseline recorded
+            # by its one-model item (named like the benchmark) is this same file.
+            stem = "".join(
+                c for c in name if c not in _UNSAFE_IN_NAMES and not category(c).startswith("C")
+            )
+            return stem[: cls._max_stem_length()]
+        return cls.item_snapshot_name(test_location)
+
+    @classmethod
+    def item_snapshot_name(cls, test_location: PyTestLocation) -> str:
+        """The name syrupy gives the item itself: where a baseline was stored when baselines
+        were named per item (``gsm8k--org--name.json`` for an item of several models)."""
         return super().get_snapshot_name(test_location=test_location, index=0)
 
     @classmethod
@@ -290,6 +313,13 @@ class BaselineExtension(SingleFileSnapshotExtension):
         """Where the baseline of ``snapshot``'s test item lives."""
         return Path(cls.get_location(test_location=snapshot.test_location, index=0))
 
+    @classmethod
+    def item_path_for(cls, snapshot: SnapshotAssertion) -> Path:
+        """Where a baseline named after the item itself would be (see item_snapshot_name)."""
+        location = snapshot.test_location
+        name = cls.item_snapshot_name(location)
+        return Path(cls.dirname(test_location=location)) / f"{name}.{cls.file_extension}"
+
 
 class BaselineStatus(StrEnum):
     MISSING = "missing"  # none stored yet (compare run)
@@ -298,6 +328,7 @@ class BaselineStatus(StrEnum):
     RECORDED = "recorded"  # update run: written for the first time
     UPDATED = "updated"  # update run: replaced a different stored baseline
     UNCHANGED = "unchanged"  # update run: stored baseline was already identical
+    NOT_COMPARED = "not-compared"  # update run, another model than the reference: left alone
 
 
 @dataclass(frozen=True)
@@ -327,12 +358,17 @@ class StoredBaseline:
 
 
 def read_stored(snapshot: SnapshotAssertion) -> StoredBaseline:
-    """Read (and validate) the item's stored baseline, if any.
+    """Read (and validate) the item's stored baseline, if any: its benchmark's file, or when
+    there is none, one named after the item itself (as an item of several models stored it
+    when baselines were named per item; the next --snapshot-update writes the benchmark's).
 
     Done before the run, while the process is small: parsing a 100,000-example file briefly
     takes ~16 MB, and what is kept is two columns (1.6 MB).
     """
     path = BaselineExtension.path_for(snapshot)
+    if not path.exists():
+        item_path = BaselineExtension.item_path_for(snapshot)
+        path = item_path if item_path.exists() else path
     shown = _display(path, snapshot)
     try:
         text = path.read_text(encoding="utf-8")
@@ -345,11 +381,17 @@ def read_stored(snapshot: SnapshotAssertion) -> StoredBaseline:
 
 
 def check_baseline(
-    snapshot: SnapshotAssertion, current: Baseline, stored: StoredBaseline | None = None
+    snapshot: SnapshotAssertion,
+    current: Baseline,
+    stored: StoredBaseline | None = None,
+    reference_model: str | None = None,
 ) -> BaselineOutcome:
     """Compare with the item's stored baseline, or record ``current`` under ``--snapshot-update``.
 
     ``stored`` is what :func:`read_stored` found before the run (read now when not given).
+    ``reference_model`` is the session's reference when the item evaluates another model: the
+    benchmark's one baseline is then recorded from the reference's item only, and this item,
+    under ``--snapshot-update``, neither writes it nor compares with it (``NOT_COMPARED``).
     Without ``--snapshot-update`` nothing is asserted through syrupy, so a missing baseline is an
     outcome (``MISSING``), never a syrupy failure. With it -- or with
     ``--snapshot-update-new-only`` when none is stored -- ``current`` is written through syrupy,
@@ -360,6 +402,14 @@ def check_baseline(
         stored = read_stored(snapshot)
     path, shown = stored.path, stored.shown
     write = snapshot.update_snapshots or (snapshot.update_new_snapshots_only and not stored.exists)
+    if write and reference_model is not None:
+        return BaselineOutcome(
+            BaselineStatus.NOT_COMPARED,
+            str(path),
+            None,
+            f"baseline {shown} is recorded from the reference model {reference_model}; "
+            "not compared while it is being recorded",
+        )
 
     if not write:
         if not stored.exists:
@@ -387,6 +437,10 @@ def check_baseline(
         return BaselineOutcome(BaselineStatus.LOADED, str(path), baseline, f"baseline {shown}")
 
     note = " (replaced an unreadable file)" if stored.error is not None else ""
+    written_to = BaselineExtension.path_for(snapshot)
+    if path != written_to:
+        note += f"; {shown} is no longer read: git rm it"
+        shown = _display(written_to, snapshot)
     recorder = snapshot.use_extension(BaselineExtension)
     written = recorder == current  # syrupy compares and, in update mode, writes
     if not written:

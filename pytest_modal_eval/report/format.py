@@ -29,6 +29,11 @@ def fmt_any(value: Any, digits: int = 3) -> str:
         return "n/a"
 
 
+def fmt_interval(low: Any, high: Any, digits: int = 3) -> str:
+    """``[0.671, 0.753]``: an interval's ends as :func:`fmt_any` writes them."""
+    return f"[{fmt_any(low, digits)}, {fmt_any(high, digits)}]"
+
+
 def ci_label(confidence: float) -> str:
     """``95% CI`` for 0.95."""
     return f"{confidence * 100:g}% CI"

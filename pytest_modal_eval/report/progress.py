@@ -89,7 +89,6 @@ class BenchmarkProgress:
     """One running benchmark, as its example reports tell it."""
 
     name: str
-    started: float
     total: int = 0
     done: int = 0
     resumed: int = 0
@@ -99,12 +98,15 @@ class BenchmarkProgress:
     _m2: float = 0.0  # Welford's sum of squared deviations
     next_plain: int = 0
     last_plain: float = field(default=0.0)
+    first_new: float | None = None  # when this session's first example was reported
 
-    def add(self, fields: ExampleFields) -> None:
+    def add(self, fields: ExampleFields, now: float) -> None:
         self.total = fields.total
         self.done = max(self.done, fields.done)
         if fields.resumed:
             self.resumed += 1
+        elif self.first_new is None:
+            self.first_new = now
         if fields.reward is None:
             self.errors += 1
             return
@@ -114,10 +116,14 @@ class BenchmarkProgress:
         self._m2 += delta * (fields.reward - self.mean)
 
     def rate(self, now: float) -> float | None:
-        """Examples per second evaluated by this session (resumed ones are not counted)."""
-        elapsed = now - self.started
+        """Examples per second evaluated by this session (resumed ones are not counted): those
+        finished after its first one, over the time since it. The time before the first one
+        (a server starting, a first batch in flight) says nothing of the pace, so None until
+        a second example arrives measurably later than the first."""
         new = self.done - self.resumed
-        return new / elapsed if elapsed >= 1.0 and new > 0 else None
+        if self.first_new is None or new < 2 or now <= self.first_new:
+            return None
+        return (new - 1) / (now - self.first_new)
 
     def line(self, now: float) -> str:
         parts = [self.name, f"{self.done}/{self.total}"]
@@ -198,10 +204,10 @@ class LiveProgress:
     def _example(self, nodeid: str, fields: ExampleFields, now: float) -> None:
         progress = self.running.get(nodeid)
         if progress is None:
-            progress = BenchmarkProgress(nodeid.rsplit("::", 1)[-1], started=now)
+            progress = BenchmarkProgress(nodeid.rsplit("::", 1)[-1])
             progress.last_plain = now
             self.running[nodeid] = progress
-        progress.add(fields)
+        progress.add(fields, now)
         if self._tty:
             return
         step = max(1, math.ceil(progress.total * PLAIN_STEP))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_modal_eval.report.format import ci_label, fmt_any
+from pytest_modal_eval.report.format import ci_label, fmt_any, fmt_interval
 from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, PROPERTY_PREFIX
 
 
@@ -66,7 +66,7 @@ class SummaryCollector:
                     str(row["benchmark"]),
                     str(row["model"]),
                     f"{fmt_any(row['avg_reward'])} ± {fmt_any(row['stderr'])}",
-                    f"[{fmt_any(row['ci_low'])}, {fmt_any(row['ci_high'])}]",
+                    fmt_interval(row["ci_low"], row["ci_high"]),
                     f">= {row['threshold']}" if row["threshold"] != "none" else "-",
                     str(row["verdict"]).upper(),
                     f"{float(row['elapsed_s']):.1f}s",

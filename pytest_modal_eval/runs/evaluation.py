@@ -378,6 +378,7 @@ class BenchmarkRun:
             if any(still_missing):
                 if info is None:
                     raise RuntimeError("examples are missing but no endpoint was given")
+                RunPaths(run_dir).discard_final_files()
                 with verifiers_log_to(RunPaths(run_dir).logs / "verifiers.log"):
                     _run_grouped(
                         run_dir, self.env, rows, still_missing, request, info, self.sampling,
@@ -689,7 +690,7 @@ def _run_config(
         "server_profile": mask_profile(request.server),
         "endpoint": info.endpoint.base_url,
         "chat_template": info.chat_template or None,
-        "server_startup": info.startup or None,
+        "server_startup": (info.startup.phases or None) if info.startup else None,
         "sampling": config.sampling.model_dump(),
         "rollouts": config.eval.rollouts,
         "num_examples": n_selected,

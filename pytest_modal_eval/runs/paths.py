@@ -8,7 +8,9 @@
   they complete (what resume reads), and the run's progress in a few bytes.
 - ``answers.journal``: answers received for examples not finished yet.
 - ``results.jsonl`` / ``metadata.json``: the final files, written when every selected example
-  has an outcome; ``metadata.json`` is written last.
+  has an outcome; ``metadata.json`` is written last. A session that evaluates more of the run
+  removes them first (:meth:`RunPaths.discard_final_files`), so a run is finished exactly when
+  its last session ended.
 - ``logs/``: the run's own logs and links to its server's.
 
 This module is the single definition of those names and of the run states; everything that
@@ -86,6 +88,15 @@ class RunPaths:
     def finished(self) -> bool:
         """Every selected example has an outcome: the final files were written."""
         return self.metadata.is_file()
+
+    def discard_final_files(self) -> None:
+        """Remove ``metadata.json``, then ``results.jsonl``: a session is about to evaluate
+        more of the run, which makes them stale (a resumed session that is killed must read as
+        incomplete, not as the earlier session's outcome). Nothing finished is lost: both are
+        made from the checkpoint again when the session ends. ``metadata.json`` goes first, so
+        a crash in between leaves a run that reads as unfinished."""
+        self.metadata.unlink(missing_ok=True)
+        self.results.unlink(missing_ok=True)
 
     def read_metadata(self) -> dict[str, Any] | None:
         """``metadata.json``, or None while the run is not finished (or the file is unreadable)."""

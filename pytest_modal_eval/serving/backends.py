@@ -13,6 +13,7 @@ xdist), once per server profile per session.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from pytest_modal_eval.serving.endpoint import (
     Server,
     ServerProfile,
     ServerRequest,
+    ServerStartup,
 )
 
 #: Extra time for the first answer through Modal: a cold start can pass the startup timeout.
@@ -120,9 +122,11 @@ def endpoint_info_for_existing(request: ServerRequest) -> EndpointInfo:
 
 
 def start_server(
-    request: ServerRequest, settings: Settings, logs_root: Path
+    request: ServerRequest, settings: Settings, logs_root: Path, started_for: str | None = None
 ) -> tuple[Server, EndpointInfo]:
-    """Start (or, for Modal, reuse) the server for ``request``; raise ``ServingError`` if not."""
+    """Start (or, for Modal, reuse) the server for ``request``, for the item ``started_for``;
+    raise ``ServingError`` if not."""
+    began = time.monotonic()
     spec = backend(request.backend)
     assert spec.make_server is not None, f"{spec.name} starts no server"
     profile_json: dict[str, Any] = request.served_profile()
@@ -144,6 +148,10 @@ def start_server(
         check_timeout=spec.check_timeout(profile),
         server_logs=str(logs_dir),
         proxied=spec.proxied,
-        startup=dict(getattr(server, "timings", None) or {}),
+        startup=ServerStartup(
+            seconds=time.monotonic() - began,
+            started_for=started_for,
+            phases=dict(getattr(server, "timings", None) or {}),
+        ),
     )
     return server, info

@@ -176,9 +176,8 @@ class Deployments:
                         self._stop_locked(other)
                 self._starting.add(key)
                 break
-        started = time.monotonic()
         try:
-            server, info = start_server(request, self.settings, self.logs_dir)
+            server, info = start_server(request, self.settings, self.logs_dir, holder)
         except Exception as exc:
             with self._cond:
                 # Every benchmark on this profile would wait out the same failure again.
@@ -186,8 +185,7 @@ class Deployments:
                 self._starting.discard(key)
                 self._cond.notify_all()
             raise ServerStartError(str(exc)) from None
-        startup_s = time.monotonic() - started
-        info = info.with_startup(startup_s, holder)
+        startup_s = info.startup.seconds if info.startup is not None else 0.0
         record = ServerRecord(request.profile(), startup_s, time.monotonic())
         with self._cond:
             self._servers[key] = _Running(server, info, record, runs_here)

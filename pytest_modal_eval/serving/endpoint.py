@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
@@ -208,6 +208,30 @@ class ServerRequest:
 
 
 @dataclass(frozen=True)
+class ServerStartup:
+    """How this session started an endpoint's server: the one record of its start-up, for the
+    cost report (``serving.costs``) and the run's ``run_config.json`` (``show``)."""
+
+    seconds: float  # from asking for the server until it answered
+    started_for: str | None = None  # the item (node id) whose request started it
+    # By phase, when the backend times them (Modal: "deploy", "until_serving"); else {}.
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def waited_by(self, nodeid: str) -> float:
+        """The start-up the item ``nodeid`` waited for: all of it for the item that started
+        the server, none for the items that found it up."""
+        return self.seconds if nodeid == self.started_for else 0.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ServerStartup:
+        return cls(
+            seconds=float(data["seconds"]),
+            started_for=data.get("started_for"),
+            phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
 class EndpointInfo:
     endpoint: Endpoint
     profile: dict[str, Any]
@@ -216,20 +240,25 @@ class EndpointInfo:
     check_timeout: float = 15.0
     server_logs: str | None = None  # directory of the server's logs, linked into each run
     proxied: bool = False  # behind our proxy: requests may route their log line per run
-    # Seconds the server took to start, by phase (Modal: "deploy", "until_serving"); {} if reused
-    startup: dict[str, float] = field(default_factory=dict)
-    startup_s: float = 0.0  # seconds the server took to start (0: not started by us)
-    started_for: str | None = None  # the item (node id) whose request started it
+    startup: ServerStartup | None = None  # None: this session started no server for it
 
-    def with_startup(self, startup_s: float, started_for: str | None) -> EndpointInfo:
-        return replace(self, startup_s=startup_s, started_for=started_for)
+    def waited_by(self, nodeid: str) -> float:
+        """Seconds of server start-up the item ``nodeid`` waited for (see ServerStartup)."""
+        return self.startup.waited_by(nodeid) if self.startup is not None else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "endpoint": self.endpoint.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> EndpointInfo:
-        return cls(**{**data, "endpoint": Endpoint.from_json(data["endpoint"])})
+        startup = data.get("startup")
+        return cls(
+            **{
+                **data,
+                "endpoint": Endpoint.from_json(data["endpoint"]),
+                "startup": ServerStartup.from_json(startup) if startup else None,
+            }
+        )
 
 
 class Server(Protocol):

@@ -8,13 +8,14 @@ again leaves it byte for byte the same.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
 import yaml
+
+from pytest_modal_eval.report.format import fmt_any, fmt_interval
 
 SPLIT = "latest"
 RESULTS_FILE = "results.parquet"
@@ -54,7 +55,7 @@ def render_card(repo_id: str, entries: list[CardEntry]) -> str:
         repo_id=repo_id,
         split=SPLIT,
         results_file=RESULTS_FILE,
-        num=_num,
+        num=fmt_any,
         ci=_ci,
         sampling=_sampling,
     )
@@ -89,15 +90,10 @@ def _benchmark_path(path: str) -> str:
     return parts[-1] or "BENCHMARK.yaml"
 
 
-def _num(value: Any) -> str:
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return f"{value:.3f}"
-    return "n/a"
-
-
 def _ci(value: Any) -> str:
+    """metadata.json's ``ci`` (a list of two ends) as the summary writes an interval."""
     if isinstance(value, list) and len(value) == 2:
-        return f"[{_num(value[0])}, {_num(value[1])}]"
+        return fmt_interval(*value)
     return "n/a"
 
 
