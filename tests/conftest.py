@@ -13,7 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
+from pytest_modal_eval.client import verifiers_adapter
+from pytest_modal_eval.collect import item_run  # noqa: F401  (see below)
 from tests.support.openai_server import DEFAULT_SETTINGS
+
+# pytester's in-process runs (`project.run`) drop the modules first imported during them, and
+# a C extension (numpy's, for one) cannot be loaded twice in one process. The plugin imports
+# its evaluation when the first benchmark item runs, so it is imported here, once, for all.
+verifiers_adapter.implementation()
 
 REPO = Path(__file__).resolve().parent.parent
 
