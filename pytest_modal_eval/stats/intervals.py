@@ -11,8 +11,9 @@ the examples) so a simulation can check the coverage of exactly the code that re
   keeps the interval inside [0, 1] and keeps its coverage near 0 and 1, where a t interval
   around the mean collapses or spills over. The design effect is itself estimated from n
   examples; its uncertainty, measured by a jackknife over examples, sets the degrees of freedom
-  of the t quantile used in place of z (Satterthwaite), which keeps the coverage where a few
-  examples carry most of the reward (few examples x many rollouts, rates near 0 or 1).
+  of the t quantile used in place of z (Satterthwaite), which widens the interval where a few
+  examples carry most of the reward (few examples x many rollouts, rates near 0 or 1); there
+  the estimate is still often too small and the coverage below 95% (docs/trust.md).
 - :func:`clipped_t` for rewards of unknown range: a t interval around the mean of example
   means, clipped to the smallest and largest reward observed.
 

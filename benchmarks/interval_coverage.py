@@ -1,0 +1,148 @@
+"""Coverage of the reported interval for pass/fail rewards over the full simulation grid.
+
+For every cell of the grid -- examples n, rollouts r, true mean reward mu, and how much examples
+differ (each example's own rate drawn from Beta(mu k, (1 - mu) k); k = None: all alike) --
+``--datasets`` datasets are simulated and summarised by
+:func:`pytest_modal_eval.stats.intervals.clustered_wilson`, the code ``summarize`` reports
+with. Each dataset's true mean is jittered by +-20% of its distance to the nearer end of [0, 1],
+as in tests/test_interval_coverage.py, so a binomial interval's lattice of possible counts
+averages out.
+
+Printed per cell: the coverage, the share of datasets whose true mean lies above the interval
+and below it, and the mean width; with ``--reference`` also the coverage of the same Wilson
+interval given the *true* design effect 1 + (r - 1) / (k + 1) instead of the estimated one,
+which separates the error of the design-effect estimate from that of the interval's form.
+Then, for each (n, r), the smallest and largest coverage, and the cells outside 93-97%.
+
+Run: ``.venv/bin/python -m benchmarks.interval_coverage`` (seeded; about 30 s at the default
+3,000 datasets per cell, one core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import special
+
+from pytest_modal_eval.stats import intervals
+
+FloatArray = npt.NDArray[np.float64]
+
+NS = (30, 100)
+ROLLOUTS = (1, 2, 4, 8, 32)
+RATES = (0.02, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.98)
+KAPPAS: tuple[float | None, ...] = (None, 20.0, 10.0, 3.0, 1.0)
+TARGET = (0.93, 0.97)
+
+
+@dataclass(frozen=True)
+class Cell:
+    n: int
+    rollouts: int
+    rate: float
+    kappa: float | None
+
+    def label(self) -> str:
+        kappa = "alike" if self.kappa is None else f"k={self.kappa:g}"
+        return f"n={self.n:<4d} r={self.rollouts:<3d} mu={self.rate:<5g} {kappa}"
+
+
+@dataclass(frozen=True)
+class Coverage:
+    covered: float
+    above: float  # true mean above the interval
+    below: float
+    width: float
+    reference: float | None  # with the true design effect
+
+
+def simulate(rng: np.random.Generator, cell: Cell, datasets: int) -> tuple[FloatArray, FloatArray]:
+    """True means (datasets,) and example means (datasets, n) of pass/fail rollouts."""
+    spread = min(cell.rate, 1 - cell.rate) * 0.2
+    mus = rng.uniform(cell.rate - spread, cell.rate + spread, size=(datasets, 1))
+    if cell.kappa is None:
+        rates = np.broadcast_to(mus, (datasets, cell.n))
+    else:
+        rates = rng.beta(mus * cell.kappa, (1 - mus) * cell.kappa, size=(datasets, cell.n))
+    means = rng.binomial(cell.rollouts, rates) / cell.rollouts
+    return mus[:, 0], means.astype(np.float64)
+
+
+def wilson_known_deff(means: FloatArray, cell: Cell) -> intervals.Intervals:
+    """Wilson's interval with n * r / deff rollouts, deff the true design effect."""
+    rho = 0.0 if cell.kappa is None else 1.0 / (cell.kappa + 1.0)
+    deff = 1.0 + (cell.rollouts - 1) * rho
+    z = float(special.ndtri(0.975))
+    a = z * z * deff / (cell.n * cell.rollouts)
+    mean = means.mean(-1)
+    centre = (mean + a / 2) / (1 + a)
+    half = np.sqrt(a * mean * (1 - mean) + a * a / 4) / (1 + a)
+    return intervals.Intervals(np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1))
+
+
+def measure(rng: np.random.Generator, cell: Cell, datasets: int, reference: bool) -> Coverage:
+    mus, means = simulate(rng, cell, datasets)
+    found = intervals.clustered_wilson(means, cell.rollouts, binary=True)
+    above, below = mus > found.high, mus < found.low
+    known = None
+    if reference:
+        oracle = wilson_known_deff(means, cell)
+        known = float(np.mean((oracle.low <= mus) & (mus <= oracle.high)))
+    return Coverage(
+        covered=float(1 - above.mean() - below.mean()),
+        above=float(above.mean()),
+        below=float(below.mean()),
+        width=float(np.mean(found.high - found.low)),
+        reference=known,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", type=int, default=3000, help="per cell (default 3000)")
+    parser.add_argument("--seed", type=int, default=20261127)
+    parser.add_argument(
+        "--reference", action="store_true", help="also Wilson with the true design effect"
+    )
+    args = parser.parse_args()
+    rng = np.random.default_rng(args.seed)
+    started = time.perf_counter()
+    results: dict[Cell, Coverage] = {}
+    for n, r, rate, kappa in itertools.product(NS, ROLLOUTS, RATES, KAPPAS):
+        cell = Cell(n, r, rate, kappa)
+        if r == 1 and kappa is not None:
+            continue  # one pass/fail rollout is Bernoulli(mu) however examples differ
+        result = measure(rng, cell, args.datasets, args.reference)
+        results[cell] = result
+        ref = "" if result.reference is None else f"  true-deff {result.reference:.3f}"
+        print(
+            f"{cell.label()}  coverage {result.covered:.3f}  above {result.above:.3f}"
+            f"  below {result.below:.3f}  width {result.width:.4f}{ref}"
+        )
+    elapsed = time.perf_counter() - started
+    print(f"\n{len(results)} cells x {args.datasets} datasets in {elapsed:.1f} s")
+    print("\ncoverage, smallest-largest, by (n, r):")
+    for n, r in itertools.product(NS, ROLLOUTS):
+        row = [v for c, v in results.items() if c.n == n and c.rollouts == r]
+        low, high = min(v.covered for v in row), max(v.covered for v in row)
+        line = f"  n={n:<4d} r={r:<3d} {low:.3f}-{high:.3f}"
+        if args.reference:
+            refs = [v.reference for v in row if v.reference is not None]
+            line += f"   true-deff {min(refs):.3f}-{max(refs):.3f}"
+        print(line)
+    outside = sorted(
+        ((c, v.covered) for c, v in results.items() if not TARGET[0] <= v.covered <= TARGET[1]),
+        key=lambda item: item[1],
+    )
+    print(f"\ncells outside {TARGET[0]:.0%}-{TARGET[1]:.0%}: {len(outside)}")
+    for cell, covered in outside:
+        print(f"  {cell.label()}  {covered:.3f}")
+
+
+if __name__ == "__main__":
+    main()
