@@ -377,7 +377,11 @@ def test_a_tasks_own_tool_server_is_started_per_rollout(
             None,
             r"env_args.max_turns: Input should be greater than or equal to 2",
         ),
-        ({"path": "kv.jsonl"}, '{"key": "a"}\n', r"kv.jsonl:1: each line needs \{\"key\""),
+        (
+            {"path": "kv.jsonl"},
+            '{"key": "a"}\n',
+            r"kv.jsonl:1: missing 'value'; each line needs \{\"key\"",
+        ),
         ({"path": "nope.jsonl"}, None, r"nope.jsonl does not exist \(env_args.path is relative"),
     ],
     ids=["no-path", "max-turns", "bad-line", "no-file"],

@@ -8,7 +8,6 @@ What the rest of the plugin sees (through the adapter): :func:`load_environment`
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
 import inspect
@@ -25,6 +24,7 @@ from pytest_modal_eval.client.rollout_seeds import (
     GroupRollouts,
     current_group,
 )
+from pytest_modal_eval.client.workers import run_workers
 from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
 from pytest_modal_eval.serving.endpoint import Endpoint
 
@@ -240,16 +240,9 @@ async def run_examples(
             if reason is not None:
                 raise RunAborted(reason)
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(slots)]
     try:
-        done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            if not task.cancelled() and (error := task.exception()) is not None:
-                raise error
+        await run_workers(worker, slots)
     finally:
-        for task in workers:
-            task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
         await _close(client)
 
 

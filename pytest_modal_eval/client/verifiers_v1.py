@@ -54,6 +54,7 @@ from pytest_modal_eval.client.answer_journal import AnswerJournal, current_examp
 from pytest_modal_eval.client.direct_client import DirectOpenAI, open_direct_client, slot_waits
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
 from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID
+from pytest_modal_eval.client.workers import run_workers
 from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
 from pytest_modal_eval.serving.endpoint import Endpoint
 
@@ -482,16 +483,7 @@ async def run_examples(
                     if reason is not None:
                         raise RunAborted(reason)
 
-            workers = [asyncio.ensure_future(worker()) for _ in range(slots)]
-            try:
-                done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-                for finished in done:
-                    if not finished.cancelled() and (error := finished.exception()) is not None:
-                        raise error
-            finally:
-                for job in workers:
-                    job.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
+            await run_workers(worker, slots)
     finally:
         await direct.close()
 

@@ -23,13 +23,24 @@ class FileQAError(ValueError):
     """A data file that cannot be used; the message names the file, the line and the fix."""
 
 
-def read_records(path: Path) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """Each line's question, answer and other fields, checked; a problem names its line."""
+def data_file(path: str, base_dir: str | None) -> Path:
+    """An environment's ``env_args.path``: relative paths are relative to ``base_dir`` (the
+    benchmark YAML's directory)."""
+    found = Path(path)
+    if base_dir is not None and not found.is_absolute():
+        found = Path(base_dir) / found
+    return found.resolve()
+
+
+def read_objects(path: Path, env_id: str, fields: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    """Each non-blank line of a JSONL data file: a JSON object holding ``fields``. A problem is
+    a :class:`FileQAError` naming the file, the line and what each line needs."""
     if not path.is_file():
         raise FileQAError(
-            f"file-qa: data file {path} does not exist "
+            f"{env_id}: data file {path} does not exist "
             "(env_args.path is relative to the benchmark YAML)"
         )
+    needs = "{" + ", ".join(f'"{field}": ...' for field in fields) + "}"
     count = 0
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
@@ -41,17 +52,23 @@ def read_records(path: Path) -> Iterator[tuple[str, str, dict[str, Any]]]:
                 raise FileQAError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
             if not isinstance(record, dict):
                 raise FileQAError(f"{path}:{number}: expected a JSON object, got {line.strip()!r}")
-            missing = [key for key in ("question", "answer") if key not in record]
+            missing = [field for field in fields if field not in record]
             if missing:
                 raise FileQAError(
                     f"{path}:{number}: missing {' and '.join(map(repr, missing))}; "
-                    'each line needs {"question": ..., "answer": ...}'
+                    f"each line needs {needs}"
                 )
-            extra = {k: v for k, v in record.items() if k not in ("question", "answer")}
             count += 1
-            yield str(record["question"]), str(record["answer"]), extra
+            yield record
     if not count:
         raise FileQAError(f"{path}: no examples (the file is empty)")
+
+
+def read_records(path: Path) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """Each line's question, answer and other fields, checked; a problem names its line."""
+    for record in read_objects(path, "file-qa", ("question", "answer")):
+        extra = {k: v for k, v in record.items() if k not in ("question", "answer")}
+        yield str(record["question"]), str(record["answer"]), extra
 
 
 def final_answer(text: str) -> str:

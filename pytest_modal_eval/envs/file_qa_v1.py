@@ -18,7 +18,7 @@ from typing import Any
 
 import verifiers.v1 as vf
 
-from pytest_modal_eval.envs.file_qa import answers_match, final_answer, read_records
+from pytest_modal_eval.envs.file_qa import answers_match, data_file, final_answer, read_records
 
 
 class FileQAData(vf.TaskData):  # type: ignore[misc]
@@ -51,10 +51,7 @@ class FileQATaskset(vf.Taskset[FileQATask, FileQATasksetConfig]):  # type: ignor
         self.system_prompt = None
 
     def data_path(self) -> Path:
-        path = Path(self.config.path)
-        if self.config.base_dir is not None and not path.is_absolute():
-            path = Path(self.config.base_dir) / path
-        return path
+        return data_file(self.config.path, self.config.base_dir)
 
     def load(self) -> Iterator[FileQATask]:
         for question, answer, extra in read_records(self.data_path()):

@@ -17,7 +17,6 @@ verifiers starts a taskset's shared tool servers. Importing this module needs ve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,32 +24,22 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import Field
 
-from pytest_modal_eval.envs.file_qa import FileQAError, answers_match, final_answer
+from pytest_modal_eval.envs.file_qa import (
+    answers_match,
+    data_file,
+    final_answer,
+    read_objects,
+)
 
 QUESTION = "What is the value of {key}? Look it up with the lookup tool."
 
 
 def read_table(path: Path) -> list[tuple[str, str]]:
     """Each line's key and value, checked; a problem names the file and line."""
-    if not path.is_file():
-        raise FileQAError(
-            f"lookup-qa: data file {path} does not exist "
-            "(env_args.path is relative to the benchmark YAML)"
-        )
-    entries: list[tuple[str, str]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FileQAError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-        if not isinstance(record, dict) or not {"key", "value"} <= set(record):
-            raise FileQAError(f'{path}:{number}: each line needs {{"key": ..., "value": ...}}')
-        entries.append((str(record["key"]), str(record["value"])))
-    if not entries:
-        raise FileQAError(f"{path}: no examples (the file is empty)")
-    return entries
+    return [
+        (str(record["key"]), str(record["value"]))
+        for record in read_objects(path, "lookup-qa", ("key", "value"))
+    ]
 
 
 class LookupToolsetConfig(vf.SharedToolsetConfig):  # type: ignore[misc]
@@ -102,10 +91,7 @@ class LookupTaskset(vf.Taskset[LookupTask, LookupTasksetConfig]):  # type: ignor
         self.system_prompt = None
 
     def data_path(self) -> Path:
-        path = Path(self.config.path)
-        if self.config.base_dir is not None and not path.is_absolute():
-            path = Path(self.config.base_dir) / path
-        return path.resolve()
+        return data_file(self.config.path, self.config.base_dir)
 
     def load(self) -> Iterator[LookupTask]:
         for key, value in read_table(self.data_path()):
