@@ -46,6 +46,7 @@ def eval_endpoint(
                                    default_headers=dict(endpoint.headers))
             reply = client.chat.completions.create(model=endpoint.model, messages=[...])
     """
+    from pytest_modal_eval.collect.item_run import model_identity, pin_revision
     from pytest_modal_eval.collect.server_plan import PLAN_KEY
     from pytest_modal_eval.collect.session import SESSION_KEY
     from pytest_modal_eval.config.loader import Benchmark, load_benchmark
@@ -66,11 +67,13 @@ def eval_endpoint(
             bench = Benchmark(Path("defaults.yaml"), defaults)
         else:
             bench = load_benchmark(Path(benchmark), list(settings.overrides))
+        wanted = ServerRequest.for_benchmark(settings, bench, model)
+        # At the commit the benchmark items pin a Hub model to, so that both get one server.
+        wanted = pin_revision(wanted, model_identity(session, wanted))
         # The running test holds the server until its teardown; on --backend local a test
         # cannot hold two profiles' servers at once.
         info = endpoint_source(pytestconfig).endpoint_for(
-            ServerRequest.for_benchmark(settings, bench, model),
-            pytestconfig.stash[PLAN_KEY].current,
+            wanted, pytestconfig.stash[PLAN_KEY].current
         )
         return info.endpoint
 

@@ -392,3 +392,28 @@ def test_xdist_local_challenger_frees_the_machine_for_its_reference(
     result.assert_outcomes(passed=2)
     assert [s["model"] for s in local.started()] == ["org/b", "org/a"]
     result.stdout.fnmatch_lines(["*vs reference org/a*"])
+
+
+def test_eval_endpoint_and_benchmarks_share_the_server_at_the_pinned_commit(
+    local: LocalRuns, hub: FakeHub
+) -> None:
+    project = local.project
+    project.add("alpha", n=2)
+    project.pytester.makepyfile(
+        test_user="""
+        def test_reaches_the_model(eval_endpoint):
+            assert eval_endpoint().model == "org/x"
+        """
+    )
+    hub.commits["org/x"] = {"main": A}
+    result = project.pytester.runpytest_subprocess(
+        "test_user.py",  # first: its request starts the server
+        "evals",
+        "--model=org/x",
+        "--backend",
+        "local",
+        f"--vllm-python={sys.executable}",
+    )
+    result.assert_outcomes(passed=2)
+    [start] = local.started()
+    assert _revision(start) == A
