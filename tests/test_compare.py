@@ -324,3 +324,26 @@ def test_eval_endpoint_runs_a_users_test_once_per_model(
         ), model
     stats = project.server.stats()
     assert stats[f"chat_requests:{REFERENCE}"] == stats[f"chat_requests:{CHALLENGER}"] == 1
+
+
+def test_xdist_challenger_goes_on_when_the_reference_crashes_its_worker(
+    project: BenchmarkProject,
+) -> None:
+    """The controller says for a crashed worker's reference item that it left no results;
+    without that, the challenger would wait for them forever."""
+    project.add("alpha", n=20, gate="gate: {min_avg_reward: 0.1}")
+    project.pytester.makeconftest(
+        f"""
+        import os
+
+        def pytest_runtest_setup(item):
+            if item.name == "alpha--{REFERENCE}":
+                os._exit(1)  # the worker dies in the reference item's setup
+        """
+    )
+    result = project.pytester.runpytest_subprocess(
+        *project.args("-n", "2", *two_models(project, 0.9, 0.9)), timeout=180
+    )
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and outcomes.get("failed") == 1, outcomes
+    result.stdout.fnmatch_lines(["*crashed its worker*no comparison*"])
