@@ -43,7 +43,7 @@ def deploy_spec(
     vllm = config.vllm
     # At the commit the Hub names now, as `pytest --model MODEL` starts it (item_run.pin_revision),
     # so that run finds this app by name.
-    commit = (hub_identity(model, vllm.revision).key or {}).get("commit")
+    commit = hub_identity(model, vllm.revision).hub_commit
     if commit is not None and vllm.revision != commit:
         vllm = vllm.model_copy(update={"revision": commit})
     profile = ServerProfile("modal", model, config.infra, vllm, template)

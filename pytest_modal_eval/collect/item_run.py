@@ -126,9 +126,8 @@ def pin_revision(request: ServerRequest, identity: ModelIdentity) -> ServerReque
     """``request`` started at the Hub commit its model's identity names, when ``vllm.revision``
     names none: otherwise vLLM would fetch whatever the branch points to when it starts (or,
     on Modal, a warm deployment would keep serving what it fetched before)."""
-    key = identity.key or {}
-    commit = key.get("commit") if key.get("kind") == "hub" else None
-    if not isinstance(commit, str) or request.vllm.get("revision") == commit:
+    commit = identity.hub_commit
+    if commit is None or request.vllm.get("revision") == commit:
         return request
     return replace(request, pinned_revision=commit)
 

@@ -53,6 +53,14 @@ class ModelIdentity:
     record: dict[str, Any] = field(default_factory=dict)
     unchecked: str | None = None  # why the weights could not be checked
 
+    @property
+    def hub_commit(self) -> str | None:
+        """The Hub commit the weights are, when they are a Hub id's and it is known: what a
+        server for them is started at."""
+        key = self.key or {}
+        commit = key.get("commit") if key.get("kind") == "hub" else None
+        return commit if isinstance(commit, str) else None
+
 
 def model_files(directory: Path) -> list[Path]:
     """The files of a model directory that decide its answers, by name."""

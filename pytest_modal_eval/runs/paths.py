@@ -92,9 +92,9 @@ class RunPaths:
     def discard_final_files(self) -> None:
         """Remove ``metadata.json``, then ``results.jsonl``: a session is about to evaluate
         more of the run, which makes them stale (a resumed session that is killed must read as
-        incomplete, not as the earlier session's outcome). Nothing finished is lost: both are
-        made from the checkpoint again when the session ends. ``metadata.json`` goes first, so
-        a crash in between leaves a run that reads as unfinished."""
+        incomplete, not as the outcome of the session that wrote them). Nothing finished is
+        lost: both are made from the checkpoint again when the session ends. ``metadata.json``
+        goes first, so a crash in between leaves a run that reads as unfinished."""
         self.metadata.unlink(missing_ok=True)
         self.results.unlink(missing_ok=True)
 
