@@ -3,19 +3,20 @@
 For every cell of the grid -- examples n, rollouts r, true mean reward mu, and how much examples
 differ (each example's own rate drawn from Beta(mu k, (1 - mu) k); k = None: all alike) --
 ``--datasets`` datasets are simulated and summarised by
-:func:`pytest_modal_eval.stats.intervals.clustered_wilson`, the code ``summarize`` reports
-with. Each dataset's true mean is jittered by +-20% of its distance to the nearer end of [0, 1],
-as in tests/test_interval_coverage.py, so a binomial interval's lattice of possible counts
-averages out.
+:func:`pytest_modal_eval.stats.intervals.beta_binomial_score`, the code ``summarize`` reports
+pass/fail rewards with. Each dataset's true mean is jittered by +-20% of its distance to the
+nearer end of [0, 1], as in tests/test_interval_coverage.py, so a binomial interval's lattice
+of possible counts averages out.
 
 Printed per cell: the coverage, the share of datasets whose true mean lies above the interval
-and below it, and the mean width; with ``--reference`` also the coverage of the same Wilson
-interval given the *true* design effect 1 + (r - 1) / (k + 1) instead of the estimated one,
-which separates the error of the design-effect estimate from that of the interval's form.
+and below it, and the mean width; with ``--reference`` also the coverage of the clustered
+Wilson interval (the design effect estimated from the spread of example means, which
+``summarize`` uses for partial credit) and of Wilson's interval given the *true* design effect
+1 + (r - 1) / (k + 1), the best an interval of that form could do.
 Then, for each (n, r), the smallest and largest coverage, and the cells outside 93-97%.
 
-Run: ``.venv/bin/python -m benchmarks.interval_coverage`` (seeded; about 30 s at the default
-3,000 datasets per cell, one core).
+Run: ``.venv/bin/python -m benchmarks.interval_coverage`` (seeded; about 5 minutes at the
+default 3,000 datasets per cell on one quiet core).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from scipy import special
 from pytest_modal_eval.stats import intervals
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 NS = (30, 100)
 ROLLOUTS = (1, 2, 4, 8, 32)
@@ -58,19 +60,19 @@ class Coverage:
     above: float  # true mean above the interval
     below: float
     width: float
-    reference: float | None  # with the true design effect
+    clustered: float | None  # the clustered Wilson interval
+    reference: float | None  # Wilson's, with the true design effect
 
 
-def simulate(rng: np.random.Generator, cell: Cell, datasets: int) -> tuple[FloatArray, FloatArray]:
-    """True means (datasets,) and example means (datasets, n) of pass/fail rollouts."""
+def simulate(rng: np.random.Generator, cell: Cell, datasets: int) -> tuple[FloatArray, IntArray]:
+    """True means (datasets,) and passes per example (datasets, n) of pass/fail rollouts."""
     spread = min(cell.rate, 1 - cell.rate) * 0.2
     mus = rng.uniform(cell.rate - spread, cell.rate + spread, size=(datasets, 1))
     if cell.kappa is None:
         rates = np.broadcast_to(mus, (datasets, cell.n))
     else:
         rates = rng.beta(mus * cell.kappa, (1 - mus) * cell.kappa, size=(datasets, cell.n))
-    means = rng.binomial(cell.rollouts, rates) / cell.rollouts
-    return mus[:, 0], means.astype(np.float64)
+    return mus[:, 0], rng.binomial(cell.rollouts, rates)
 
 
 def wilson_known_deff(means: FloatArray, cell: Cell) -> intervals.Intervals:
@@ -85,19 +87,25 @@ def wilson_known_deff(means: FloatArray, cell: Cell) -> intervals.Intervals:
     return intervals.Intervals(np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1))
 
 
+def _covered(found: intervals.Intervals, mus: FloatArray) -> float:
+    return float(np.mean((found.low <= mus) & (mus <= found.high)))
+
+
 def measure(rng: np.random.Generator, cell: Cell, datasets: int, reference: bool) -> Coverage:
-    mus, means = simulate(rng, cell, datasets)
-    found = intervals.clustered_wilson(means, cell.rollouts, binary=True)
+    mus, passes = simulate(rng, cell, datasets)
+    found = intervals.beta_binomial_score(passes, cell.rollouts)
     above, below = mus > found.high, mus < found.low
-    known = None
+    clustered = known = None
     if reference:
-        oracle = wilson_known_deff(means, cell)
-        known = float(np.mean((oracle.low <= mus) & (mus <= oracle.high)))
+        means = passes / cell.rollouts
+        clustered = _covered(intervals.clustered_wilson(means, cell.rollouts), mus)
+        known = _covered(wilson_known_deff(means, cell), mus)
     return Coverage(
         covered=float(1 - above.mean() - below.mean()),
         above=float(above.mean()),
         below=float(below.mean()),
         width=float(np.mean(found.high - found.low)),
+        clustered=clustered,
         reference=known,
     )
 
@@ -119,7 +127,11 @@ def main() -> None:
             continue  # one pass/fail rollout is Bernoulli(mu) however examples differ
         result = measure(rng, cell, args.datasets, args.reference)
         results[cell] = result
-        ref = "" if result.reference is None else f"  true-deff {result.reference:.3f}"
+        ref = (
+            ""
+            if result.reference is None
+            else f"  clustered-wilson {result.clustered:.3f}  true-deff {result.reference:.3f}"
+        )
         print(
             f"{cell.label()}  coverage {result.covered:.3f}  above {result.above:.3f}"
             f"  below {result.below:.3f}  width {result.width:.4f}{ref}"
@@ -132,7 +144,9 @@ def main() -> None:
         low, high = min(v.covered for v in row), max(v.covered for v in row)
         line = f"  n={n:<4d} r={r:<3d} {low:.3f}-{high:.3f}"
         if args.reference:
+            wilson = [v.clustered for v in row if v.clustered is not None]
             refs = [v.reference for v in row if v.reference is not None]
+            line += f"   clustered-wilson {min(wilson):.3f}-{max(wilson):.3f}"
             line += f"   true-deff {min(refs):.3f}-{max(refs):.3f}"
         print(line)
     outside = sorted(

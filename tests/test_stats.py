@@ -59,7 +59,7 @@ def test_two_rollouts_of_pass_fail_rewards_stay_within_0_and_1() -> None:
     data = {str(i): [1.0 if i == 0 else 0.0, 0.0] for i in range(10)}
     s = summarize(data)
     assert 0.0 <= s.ci_low < s.mean < s.ci_high <= 1.0
-    assert s.interval == "clustered-wilson" and s.reward_range == (0.0, 1.0)
+    assert s.interval == "beta-binomial-score" and s.reward_range == (0.0, 1.0)
 
 
 def test_rewards_of_unknown_range_get_a_t_interval_within_the_observed_rewards() -> None:
@@ -94,7 +94,7 @@ def test_summarize_random_matches_cluster_robust_ols(seed: int) -> None:
         assert s.interval == "wilson"
         assert (s.ci_low, s.ci_high) == pytest.approx(expected)
     else:
-        assert s.interval == "clustered-wilson"
+        assert s.interval == ("beta-binomial-score" if seed % 2 else "clustered-wilson")
         assert 0.0 <= s.ci_low <= s.mean <= s.ci_high <= 1.0
     assert (s.n_examples, s.n_rollouts, s.rollouts_per_example) == (n, n * r, r)
 

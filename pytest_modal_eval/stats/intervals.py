@@ -3,21 +3,25 @@
 One function per kind of reward, each vectorised over many datasets at once (the last axis is
 the examples) so a simulation can check the coverage of exactly the code that reports it:
 
-- :func:`clustered_wilson` for rewards in [0, 1] (pass/fail, or partial credit): a Wilson score
-  interval whose sample size is the *effective* number of independent rollouts, n * r divided by
-  the design effect measured from the spread of the example means. Examples are the sampled
-  units (the rollouts of one example share its difficulty), so the design effect runs from 1
-  (rollouts as good as independent) to r (every rollout of an example agrees). The score form
-  keeps the interval inside [0, 1] and keeps its coverage near 0 and 1, where a t interval
-  around the mean collapses or spills over. The design effect is itself estimated from n
-  examples; its uncertainty, measured by a jackknife over examples, sets the degrees of freedom
-  of the t quantile used in place of z (Satterthwaite), which widens the interval where a few
-  examples carry most of the reward (few examples x many rollouts, rates near 0 or 1); there
-  the estimate is still often too small and the coverage below 95% (docs/trust.md).
+- :func:`beta_binomial_score` for pass/fail rewards: a score interval in which every candidate
+  mean brings its own fit of how much examples differ. Each example has its own solve rate,
+  drawn from a beta distribution with mean mu; its rollouts are binomial given that rate (the
+  beta-binomial model, whose intra-example correlation is rho = 1 / (k + 1) for the beta's
+  concentration k). A candidate mean mu is inside when the mean of example means lies within z
+  standard errors of it, the standard error taken at mu and at the rho that makes the counts
+  most likely given mu. A mean near 0 that comes from a few examples solved now and then is
+  therefore checked against the spread those examples would need to have at each candidate,
+  not only the spread one sample happened to show. With one rollout per example rho drops out
+  and this is Wilson's score interval of a proportion.
+- :func:`clustered_wilson` for rewards in [0, 1] that are not all 0 or 1 (partial credit): a
+  Wilson score interval whose sample size is the *effective* number of independent rollouts,
+  n * r divided by the design effect measured from the spread of the example means, with a t
+  quantile whose degrees of freedom come from a jackknife of that design effect.
 - :func:`clipped_t` for rewards of unknown range: a t interval around the mean of example
   means, clipped to the smallest and largest reward observed.
 
-docs/trust.md reports the coverage these reach in simulation (tests/test_interval_coverage.py).
+docs/trust.md reports the coverage these reach in simulation (tests/test_interval_coverage.py,
+benchmarks/interval_coverage.py).
 """
 
 from __future__ import annotations
@@ -29,11 +33,23 @@ import numpy.typing as npt
 from scipy import special
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 #: ``RewardSummary.interval`` for each method.
 METHOD_WILSON = "wilson"  # one pass/fail rollout per example: exactly Wilson's interval
+METHOD_BETA_BINOMIAL = "beta-binomial-score"
 METHOD_CLUSTERED_WILSON = "clustered-wilson"
 METHOD_T = "t-clipped"
+
+#: Concentrations k of the beta distribution of example rates tried when fitting the spread:
+#: from examples that are all-or-nothing (k = 0.01, rho = 0.99) to examples that are alike
+#: (k = 10^4); Newton's method refines the best of them.
+_CONCENTRATIONS = np.logspace(-2.0, 4.0, 13)
+_NEWTON_STEPS = 4
+#: Halvings of [0, 1] when locating each end of an interval: ends to within 6e-8.
+_HALVINGS = 24
+#: Rates kept off 0 and 1 where logarithms of them are taken.
+_TINY = 1e-12
 
 
 @dataclass(frozen=True)
@@ -52,14 +68,150 @@ def _t_quantile(confidence: float, dof: FloatArray) -> FloatArray:
     return q
 
 
-def _design_effect(
-    total: FloatArray, squares: FloatArray, n: int, rollouts: float, binary: bool
-) -> FloatArray:
+def _wilson(mean: FloatArray, a: FloatArray | float) -> Intervals:
+    """Wilson's score interval of a proportion ``mean``; it depends on z and the sample size n
+    only through ``a`` = z^2 / n."""
+    centre = (mean + a / 2) / (1 + a)
+    half = np.sqrt(a * mean * (1.0 - mean) + a * a / 4) / (1 + a)
+    return Intervals(np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0))
+
+
+class _PassCounts:
+    """Pass counts of many datasets, kept as how many examples pass (and fail) more than t times.
+
+    An example with j passes of r contributes, up to a term free of mu and k,
+    log[a (a+1)...(a+j-1)] + log[b (b+1)...(b+r-j-1)] - log[k (k+1)...(k+r-1)] to the
+    beta-binomial log-likelihood, with a = mu k, b = (1 - mu) k. Summed over examples, the
+    factor a + t appears once for every example with more than t passes, so a dataset is
+    known by those counts: 100,000 examples cost what 30 with as many rollouts cost.
+    """
+
+    def __init__(self, successes: IntArray, rollouts: IntArray) -> None:
+        steps = np.arange(int(rollouts.max()))
+        fails = rollouts - successes
+        self.pass_tail = (successes[..., None] > steps).sum(-2).astype(np.float64)
+        self.fail_tail = (fails[..., None] > steps).sum(-2).astype(np.float64)
+        # Only the steps some example of some dataset reaches enter the likelihood.
+        self.pass_steps = steps[: int(successes.max()) if successes.size else 0]
+        self.fail_steps = steps[: int(fails.max()) if fails.size else 0]
+        self.pass_tail = self.pass_tail[:, : len(self.pass_steps)]
+        self.fail_tail = self.fail_tail[:, : len(self.fail_steps)]
+        self.steps = steps.astype(np.float64)
+        self.reached = (rollouts[:, None] > steps).sum(0).astype(np.float64)
+        self.rising = np.log(_CONCENTRATIONS[:, None] + self.steps) @ self.reached
+        self.datasets = successes.shape[0]
+        self.passes = successes.sum(-1).astype(np.float64)
+        self.fails = fails.sum(-1).astype(np.float64)
+
+    def spread(self, mu: FloatArray) -> FloatArray:
+        """rho of the spread of example rates that makes each dataset most likely at mean ``mu``
+        (k = infinity, rho = 0, is the binomial of examples alike)."""
+        mu = np.clip(mu, _TINY, 1 - _TINY)
+        a = mu[:, None] * _CONCENTRATIONS
+        b = (1 - mu)[:, None] * _CONCENTRATIONS
+        loglik = -np.broadcast_to(self.rising, a.shape)
+        loglik = loglik + np.einsum(
+            "dt,dkt->dk", self.pass_tail, np.log(a[..., None] + self.pass_steps)
+        )
+        loglik += np.einsum("dt,dkt->dk", self.fail_tail, np.log(b[..., None] + self.fail_steps))
+        binomial = special.xlogy(self.passes, mu) + special.xlogy(self.fails, 1 - mu)
+        # Newton's method on log k from the best point of the grid, kept between its neighbours.
+        best = loglik.argmax(1)
+        grid = np.log(_CONCENTRATIONS)
+        lowest = grid[np.maximum(best - 1, 0)]
+        highest = grid[np.minimum(best + 1, len(grid) - 1)]
+        log_k = grid[best]
+        for _ in range(_NEWTON_STEPS):
+            slope, curve = self._derivatives(mu, np.exp(log_k))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                step = np.where(curve < 0, -slope / curve, np.sign(slope) * (highest - lowest))
+            log_k = np.clip(log_k + np.nan_to_num(step), lowest, highest)
+        k = np.exp(log_k)
+        top = self._loglik(mu, k)
+        return np.where(binomial >= top, 0.0, 1.0 / (k + 1.0))
+
+    def _loglik(self, mu: FloatArray, k: FloatArray) -> FloatArray:
+        """The log-likelihood at one concentration per dataset, as in :meth:`spread`."""
+        a, b = (mu * k)[:, None], ((1 - mu) * k)[:, None]
+        loglik: FloatArray = (
+            (self.pass_tail * np.log(a + self.pass_steps)).sum(1)
+            + (self.fail_tail * np.log(b + self.fail_steps)).sum(1)
+            - np.log(k[:, None] + self.steps) @ self.reached
+        )
+        return loglik
+
+    def _derivatives(self, mu: FloatArray, k: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """First and second derivative of the log-likelihood in log k."""
+        a, b = (mu * k)[:, None], ((1 - mu) * k)[:, None]
+        to_a = 1.0 / (a + self.pass_steps)
+        to_b = 1.0 / (b + self.fail_steps)
+        to_k = 1.0 / (k[:, None] + self.steps)
+        m = mu[:, None]
+        first = (
+            (self.pass_tail * m * to_a).sum(1)
+            + (self.fail_tail * (1 - m) * to_b).sum(1)
+            - to_k @ self.reached
+        )
+        second = (
+            -(self.pass_tail * (m * to_a) ** 2).sum(1)
+            - (self.fail_tail * ((1 - m) * to_b) ** 2).sum(1)
+            + (to_k * to_k) @ self.reached
+        )
+        return k * first, k * first + k * k * second
+
+
+def beta_binomial_score(
+    successes: npt.ArrayLike, rollouts: npt.ArrayLike, *, confidence: float = 0.95
+) -> Intervals:
+    """The beta-binomial score interval of the mean of pass/fail examples' mean rewards.
+
+    ``successes`` has the examples on its last axis (one row per dataset for a simulation):
+    each example's passed rollouts; ``rollouts`` is each example's number of rollouts (one
+    number for all). The estimate is the mean of example means, every example weighing the
+    same. Its variance at a candidate mean mu is mu (1 - mu) / n^2 * sum_i (rho + (1 - rho) /
+    r_i), with rho fitted at mu (:meth:`_PassCounts.spread`); mu is inside when the estimate
+    is within z of those standard errors. Each end is found by halving. With one rollout per
+    example this is Wilson's interval; with one example, Wilson's for a single observation.
+    """
+    s = np.asarray(successes, dtype=np.int64)
+    shape = s.shape[:-1]
+    s = s.reshape(-1, s.shape[-1])
+    r = np.broadcast_to(np.asarray(rollouts, dtype=np.int64), s.shape[-1:])
+    if np.any(r < 1) or np.any(s < 0) or np.any(s > r):
+        raise ValueError("every example needs 1 or more rollouts and 0..rollouts passes")
+    n = s.shape[-1]
+    mean = (s / r).mean(-1)
+    z2 = float(special.ndtri(0.5 + confidence / 2)) ** 2
+    if np.all(r == 1):
+        found = _wilson(mean, z2 / n)
+        return Intervals(found.low.reshape(shape), found.high.reshape(shape))
+    counts = _PassCounts(s, r)
+    inverse = float((1.0 / r).sum())
+
+    def inside(mu: FloatArray) -> npt.NDArray[np.bool_]:
+        # One example says nothing of how examples differ: the widest spread, rho = 1.
+        rho = counts.spread(mu) if n > 1 else np.ones(mu.shape)
+        var = mu * (1 - mu) * (n * rho + (1 - rho) * inverse) / (n * n)
+        ok: npt.NDArray[np.bool_] = (mean - mu) ** 2 <= z2 * var
+        return ok
+
+    def end(outside: float) -> FloatArray:
+        found, beyond = mean.copy(), np.full(mean.shape, outside)
+        for _ in range(_HALVINGS):
+            middle = (found + beyond) / 2
+            ok = inside(middle)
+            found, beyond = np.where(ok, middle, found), np.where(ok, beyond, middle)
+        # Every rollout failed (or passed): the interval reaches 0 (or 1).
+        return np.where(mean == outside, outside, found)
+
+    return Intervals(end(0.0).reshape(shape), end(1.0).reshape(shape))
+
+
+def _design_effect(total: FloatArray, squares: FloatArray, n: int, rollouts: float) -> FloatArray:
     """r * var(example means) / (m (1 - m)), kept within what [0, 1] rewards allow.
 
     Its ceiling, r, is the largest variance example means in [0, 1] can have (Bhatia-Davis:
-    var <= m (1 - m)); pass/fail rollouts also have the floor 1 (an example's mean is at least
-    as noisy as a binomial's). With nothing to measure it from (n < 2, or every mean 0 or 1)
+    var <= m (1 - m)). With nothing to measure it from (n < 2, or every mean 0 or 1)
     the ceiling is used: the interval is then as wide as [0, 1]-valued example means can need.
     """
     mean = total / n
@@ -68,43 +220,38 @@ def _design_effect(
         pq = mean * (1.0 - mean)
         deff = np.where(pq > 0, rollouts * np.maximum(var, 0.0) / pq, rollouts)
     deff = np.where(np.isfinite(deff), deff, rollouts)
-    return np.clip(deff, 1.0 if binary else 0.0, rollouts)
+    return np.clip(deff, 0.0, rollouts)
 
 
 def clustered_wilson(
-    means: npt.ArrayLike, rollouts: float, *, binary: bool, confidence: float = 0.95
+    means: npt.ArrayLike, rollouts: float, *, confidence: float = 0.95
 ) -> Intervals:
     """The clustered Wilson interval of the mean of ``means`` (example means in [0, 1]).
 
     ``means`` has the examples on its last axis (one row per dataset for a simulation);
-    ``rollouts`` is the rollouts per example (their mean when it varies); ``binary``: every
-    rollout reward is 0 or 1. With one rollout per pass/fail example this is exactly the Wilson
-    score interval of a proportion.
+    ``rollouts`` is the rollouts per example (their mean when it varies). The design effect
+    is estimated from the spread of the example means; its uncertainty, measured by a
+    jackknife over examples, sets the degrees of freedom of the t quantile used in place of z
+    (Satterthwaite: an estimate with relative variance v has 2 / v degrees of freedom).
     """
     y = np.asarray(means, dtype=np.float64)
     n = y.shape[-1]
     total, squares = y.sum(-1), (y * y).sum(-1)
     mean = total / n
-    deff = _design_effect(total, squares, n, rollouts, binary)
+    deff = _design_effect(total, squares, n, rollouts)
     dof = np.full(mean.shape, np.inf)
-    if n >= 3 and (rollouts > 1 or not binary):
+    if n >= 3:
         # Jackknife over examples: how much the design effect moves when one example is left
         # out. Satterthwaite: an estimate with relative variance v has 2 / v degrees of freedom.
-        left_out = _design_effect(
-            total[..., None] - y, squares[..., None] - y * y, n - 1, rollouts, binary
-        )
+        left_out = _design_effect(total[..., None] - y, squares[..., None] - y * y, n - 1, rollouts)
         spread = (n - 1) / n * ((left_out - left_out.mean(-1, keepdims=True)) ** 2).sum(-1)
         with np.errstate(divide="ignore", invalid="ignore"):
             dof = np.where(spread > 0, 2.0 * deff * deff / spread, np.inf)
         # At the ceiling nothing estimated enters the interval.
         dof = np.where(deff >= rollouts, np.inf, np.maximum(dof, 1.0))
     q = _t_quantile(confidence, dof)
-    # Wilson's interval depends on z and n only through a = z^2 / n; here n is n * r / deff.
-    a = q * q * deff / (n * rollouts)
-    pq = mean * (1.0 - mean)
-    centre = (mean + a / 2) / (1 + a)
-    half = np.sqrt(a * pq + a * a / 4) / (1 + a)
-    return Intervals(np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0))
+    # Wilson's n is here the effective number of rollouts, n * r / deff.
+    return _wilson(mean, q * q * deff / (n * rollouts))
 
 
 def clipped_t(

@@ -272,7 +272,7 @@ class RewardSummary:
     n_examples: int
     n_rollouts: int
     rollouts_per_example: int
-    interval: str = intervals.METHOD_CLUSTERED_WILSON
+    interval: str = intervals.METHOD_BETA_BINOMIAL
     reward_range: tuple[float, float] | None = None  # the range the interval lies within
 
     def to_dict(self) -> dict[str, Any]:
@@ -300,10 +300,12 @@ def summarize(
 
     The interval always lies within the rewards' range:
 
-    - every reward 0 or 1, or every reward within [0, 1] (partial credit), or ``bounds`` given
-      (the range rewards can take by construction, rescaled to [0, 1]): the clustered Wilson
-      interval (:func:`~pytest_modal_eval.stats.intervals.clustered_wilson`); with one pass/fail
-      rollout per example that is Wilson's interval of a proportion (``interval == "wilson"``).
+    - every reward 0 or 1: the beta-binomial score interval
+      (:func:`~pytest_modal_eval.stats.intervals.beta_binomial_score`); with one rollout per
+      example that is Wilson's interval of a proportion (``interval == "wilson"``).
+    - every reward within [0, 1] (partial credit), or ``bounds`` given (the range rewards can
+      take by construction, rescaled to [0, 1]): the clustered Wilson interval
+      (:func:`~pytest_modal_eval.stats.intervals.clustered_wilson`).
     - otherwise the range is unknown: a t interval clipped to the smallest and largest reward
       observed (``interval == "t-clipped"``).
 
@@ -319,6 +321,7 @@ def summarize(
         means = per_example.means()
         n_rollouts = per_example.rewards.size
         most_rollouts = per_example.rollouts
+        counts = np.full(len(means), most_rollouts, dtype=np.int64)
         _check_finite("per_example", per_example.rewards)
         binary = _is_binary(per_example.rewards)
         lowest, highest = float(per_example.rewards.min()), float(per_example.rewards.max())
@@ -327,8 +330,8 @@ def summarize(
         if empty:
             raise ValueError(f"examples without any rollout: {sorted(empty, key=natural_key)[:5]}")
         means = np.array([_mean(rewards) for rewards in per_example.values()], dtype=np.float64)
-        counts = [len(rewards) for rewards in per_example.values()]
-        n_rollouts, most_rollouts = sum(counts), max(counts)
+        counts = np.fromiter((len(r) for r in per_example.values()), np.int64, len(means))
+        n_rollouts, most_rollouts = int(counts.sum()), int(counts.max())
         _check_finite("per_example", means)
         flat = np.fromiter(
             (x for rewards in per_example.values() for x in rewards), np.float64, n_rollouts
@@ -348,16 +351,19 @@ def summarize(
         if lowest < bounds[0] or highest > bounds[1]:
             raise ValueError(f"rewards [{lowest}, {highest}] lie outside bounds {bounds!r}")
         low, width = bounds[0], bounds[1] - bounds[0]
-        found = intervals.clustered_wilson(
-            (means - low) / width,
-            n_rollouts / n,
-            binary=binary and bounds == (0.0, 1.0),
-            confidence=confidence,
-        )
+        if binary and bounds == (0.0, 1.0):
+            # An example's mean times its rollouts is its passes (exactly, for 0/1 rewards).
+            passes = np.rint(means * counts).astype(np.int64)
+            found = intervals.beta_binomial_score(passes, counts, confidence=confidence)
+            single = most_rollouts == 1
+            method = intervals.METHOD_WILSON if single else intervals.METHOD_BETA_BINOMIAL
+        else:
+            found = intervals.clustered_wilson(
+                (means - low) / width, n_rollouts / n, confidence=confidence
+            )
+            method = intervals.METHOD_CLUSTERED_WILSON
         ci_low = low + width * float(found.low)
         ci_high = low + width * float(found.high)
-        single = binary and most_rollouts == 1
-        method = intervals.METHOD_WILSON if single else intervals.METHOD_CLUSTERED_WILSON
         reward_range: tuple[float, float] = (float(bounds[0]), float(bounds[1]))
     else:
         found = intervals.clipped_t(means, lowest, highest, confidence=confidence)
