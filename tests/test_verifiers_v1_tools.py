@@ -281,17 +281,6 @@ def test_unsupported_tasksets_are_refused_with_the_reason(
         verifiers_v1.load_environment(env_id, {}, tmp_path)
 
 
-def test_judged_tasks_are_refused(tmp_path: Path) -> None:
-    from pytest_modal_eval.client import verifiers_v1
-    from pytest_modal_eval.exceptions import EnvironmentLoadError
-
-    write_table(tmp_path / "kv.jsonl", 2)
-    with pytest.raises(EnvironmentLoadError, match=r"'lookup-qa': its tasks are scored by judge"):
-        verifiers_v1.load_environment(
-            "lookup-qa", {"path": "kv.jsonl", "task": {"judges": [{"id": "reference"}]}}, tmp_path
-        )
-
-
 TASK_TOOLS = '''
 import verifiers.v1 as vf
 
