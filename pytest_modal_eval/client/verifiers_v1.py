@@ -375,8 +375,28 @@ class PluginInterception(InterceptionServer):  # type: ignore[misc]
         return secrets
 
 
+#: The stop condition verifiers records when the agent's ``max_turns`` refused a turn.
+TURN_CAP_STOP = "max_turns"
+
+
+def turn_cap_error(trace: vf.Trace, max_turns: int | None) -> dict[str, str]:
+    """The error recorded for a rollout stopped by ``eval.max_turns``: not a finish the
+    taskset decided, so not scored."""
+    return {
+        "error": "MaxTurnsReached",
+        "message": f"the rollout was stopped after {trace.num_turns} model turns, "
+        f"eval.max_turns ({max_turns}), before the model answered or the taskset's own stop "
+        "conditions ended it; raise eval.max_turns, or give the taskset a @vf.stop that ends "
+        "such rollouts (and scores them)",
+    }
+
+
 def rollout_output(
-    example_id: int, task: vf.Task[Any, Any, Any], trace: vf.Trace, rollout: _Rollout
+    example_id: int,
+    task: vf.Task[Any, Any, Any],
+    trace: vf.Trace,
+    rollout: _Rollout,
+    max_turns: int | None = None,
 ) -> dict[str, Any]:
     """A finished rollout in the shape the plugin records (verifiers 0.3's rollout output)."""
     messages = (
@@ -387,7 +407,11 @@ def rollout_output(
     first_reply = next(
         (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
     )
-    error = trace.last_error if not trace.ok else None
+    error: dict[str, str] | None = None
+    if not trace.ok and trace.last_error is not None:
+        error = {"error": trace.last_error.type, "message": trace.last_error.message}
+    elif trace.stop_condition == TURN_CAP_STOP:
+        error = turn_cap_error(trace, max_turns)
     metrics: dict[str, Any] = {
         name: reward.score for name, reward in trace.rewards.items() if reward is not None
     }
@@ -403,7 +427,7 @@ def rollout_output(
         "info": getattr(task.data, "info", None),
         "reward": trace.reward,
         "metrics": metrics,
-        "error": None if error is None else {"error": error.type, "message": error.message},
+        "error": error,
         "timing": {
             "generation": {"duration": timing.agent.duration},
             "scoring": {"duration": timing.scoring.duration},
@@ -433,6 +457,7 @@ async def run_examples(
     prefetch: int = 0,
     journal: AnswerJournal | None = None,
     rollout_indexes: Callable[[int], Sequence[int]] | None = None,
+    max_turns: int | None = None,
 ) -> None:
     """See :meth:`pytest_modal_eval.client.verifiers_adapter.VerifiersAPI.run_examples`."""
     api_key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
@@ -457,6 +482,8 @@ async def run_examples(
             base_url=endpoint.base_url, api_key_var="PYTEST_MODAL_EVAL_NO_KEY"
         ),
         sampling=vf.SamplingConfig.model_validate(sampling_args),
+        # Refuses the turn after max_turns; the rollout ends with stop_condition "max_turns".
+        max_turns=max_turns,
     )
     slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
     pending = iter(rows)
@@ -479,7 +506,7 @@ async def run_examples(
 
                 trace = await agent.run(task, tools=shared, on_trace=minted)
                 client.rollouts.pop(trace.id, None)
-                return rollout_output(example_id, task, trace, rollout)
+                return rollout_output(example_id, task, trace, rollout, max_turns)
 
             async def worker() -> None:
                 for row in pending:
