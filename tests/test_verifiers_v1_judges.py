@@ -91,8 +91,9 @@ def outcomes(out: str) -> tuple[set[int], set[int]]:
     return solved, missed
 
 
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["in-process", "xdist"])
 def test_the_judges_verdict_decides_the_reward(
-    project: BenchmarkProject, judge_server: FakeServer
+    project: BenchmarkProject, judge_server: FakeServer, xdist: list[str]
 ) -> None:
     """Every answer is right, yet exactly the examples the judge says "yes" to are solved; the
     judge gets one request per rollout, at its own endpoint, with its model and key and a
@@ -100,7 +101,7 @@ def test_the_judges_verdict_decides_the_reward(
     fails and is retried (``eval.max_retries``)."""
     judged_yaml(project, judge_server, "{max_retries: 1}")
     judge_server.configure(fail_first=1)
-    result = project.run("-v")
+    result = project.run("-v", *xdist)
     result.assert_outcomes(passed=1)
     assert outcomes(result.stdout.str()) == ({0, 2}, {1, 3})
 
