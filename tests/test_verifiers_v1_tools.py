@@ -281,17 +281,6 @@ def test_unsupported_tasksets_are_refused_with_the_reason(
         verifiers_v1.load_environment(env_id, {}, tmp_path)
 
 
-def test_judged_tasks_are_refused(tmp_path: Path) -> None:
-    from pytest_modal_eval.client import verifiers_v1
-    from pytest_modal_eval.exceptions import EnvironmentLoadError
-
-    write_table(tmp_path / "kv.jsonl", 2)
-    with pytest.raises(EnvironmentLoadError, match=r"'lookup-qa': its tasks are scored by judge"):
-        verifiers_v1.load_environment(
-            "lookup-qa", {"path": "kv.jsonl", "task": {"judges": [{"id": "reference"}]}}, tmp_path
-        )
-
-
 TASK_TOOLS = '''
 import verifiers.v1 as vf
 
@@ -398,3 +387,60 @@ def test_lookup_qa_bad_input_names_the_field_or_line(
         (tmp_path / "kv.jsonl").write_text(data)
     with pytest.raises(EnvironmentLoadError, match=message):
         verifiers_v1.load_environment("lookup-qa", env_args, tmp_path)
+
+
+def capped_yaml(project: BenchmarkProject, n: int, task_turns: int, eval_yaml: str) -> None:
+    write_table(project.evals / "data" / "loop.jsonl", n)
+    (project.evals / "loop.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            env_id: lookup-qa
+            env_args: {{path: data/loop.jsonl, max_turns: {task_turns}}}
+            eval: {eval_yaml}
+            gate: {{min_avg_reward: 0.0}}
+            """
+        )
+    )
+
+
+def test_a_rollout_stopped_by_eval_max_turns_is_errored(project: BenchmarkProject) -> None:
+    """A model that never stops calling the tool, in a taskset whose own stop comes later than
+    ``eval.max_turns``: each rollout is stopped at the cap and errored (not scored), saying so;
+    raising the cap, the next run retries them and the taskset's own stop ends and scores
+    them."""
+    n = 2
+    capped_yaml(project, n, 10, "{max_turns: 3, max_retries: 0}")
+    project.server.configure(call_tools=True, tool_loop=True)
+    result = project.run("-v")
+    errored = [line for line in result.stdout.lines if line.startswith("ERRORED [example")]
+    assert len(errored) == n, result.stdout.str()
+    assert "eval.max_turns (3)" in result.stdout.str()
+    assert project.server.stats()["tool_calls"] == n * 3
+    [run_dir] = project.run_dirs("loop")
+    for record in read_jsonl(run_dir / "checkpoint.jsonl"):
+        assert record["error"]["error"] == "MaxTurnsReached"
+        assert "stopped after 3 model turns, eval.max_turns (3)" in record["error"]["message"]
+        assert record["stop_condition"] == "max_turns"
+
+    capped_yaml(project, n, 10, "{max_turns: 20, max_retries: 0}")
+    project.server.configure(reset_stats=True)
+    result = project.run("-v")
+    result.assert_outcomes(passed=1)
+    assert f"1 passed, {n} subtests missed" in result.stdout.lines[-1]
+    assert project.server.stats()["tool_calls"] == n * 10
+    assert project.run_dirs("loop") == [run_dir]  # the same run, its errored examples retried
+    records = read_jsonl(run_dir / "results.jsonl")
+    assert [(r["stop_condition"], r["error"], r["reward"]) for r in records] == [
+        ("turn_limit", None, 0.0)
+    ] * n
+
+
+def test_eval_max_turns_has_a_default(project: BenchmarkProject) -> None:
+    """Without ``eval.max_turns`` a looping rollout is stopped at the documented default."""
+    from pytest_modal_eval.config.schema import DEFAULT_MAX_TURNS
+
+    capped_yaml(project, 1, 10 * DEFAULT_MAX_TURNS, "{max_retries: 0}")
+    project.server.configure(call_tools=True, tool_loop=True)
+    result = project.run("-v")
+    assert f"eval.max_turns ({DEFAULT_MAX_TURNS})" in result.stdout.str()
+    assert project.server.stats()["tool_calls"] == DEFAULT_MAX_TURNS

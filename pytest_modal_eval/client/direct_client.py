@@ -267,12 +267,45 @@ def open_direct_client(
     max_in_flight: int | None = None,
     journal: AnswerJournal | None = None,
 ) -> DirectOpenAI:
-    """An ``AsyncOpenAI`` for ``base_url`` and the :class:`DirectOpenAI` that sends its requests.
+    """An ``AsyncOpenAI`` for ``base_url`` (:func:`open_sdk_client`) and the
+    :class:`DirectOpenAI` that sends its requests.
 
-    The SDK client is built on openai's aiohttp transport (httpx's connection pool scans every
-    connection for every request, which capped a run at ~90 requests/s) and holds the key,
-    headers, retries and timeouts; :class:`DirectOpenAI` sends each rollout's request with
-    exactly those and passes every other call to it.
+    :class:`DirectOpenAI` sends each rollout's request with exactly the SDK client's key,
+    headers, retries and timeouts and passes every other call to it.
+    """
+    return DirectOpenAI(
+        open_sdk_client(
+            base_url,
+            api_key=api_key,
+            headers=headers,
+            request_timeout=request_timeout,
+            max_retries=max_retries,
+            max_connections=max_connections,
+        ),
+        request_timeout=request_timeout,
+        max_connections=max_connections,
+        http=sdk_http(),
+        max_in_flight=max_in_flight,
+        journal=journal,
+    )
+
+
+def open_sdk_client(
+    base_url: str,
+    *,
+    api_key: str | None,
+    headers: Mapping[str, str],
+    request_timeout: float,
+    max_retries: int,
+    max_connections: int,
+    sdk_class: Any = None,
+) -> Any:
+    """An ``AsyncOpenAI`` (or ``sdk_class``, a subclass) for ``base_url`` with the plugin's
+    timeouts (5 s to connect, ``request_timeout`` between reads), ``max_retries`` and proxy
+    rule (the environment's HTTP(S)_PROXY, never for a loopback address).
+
+    Built on openai's aiohttp transport where it is installed (httpx's connection pool scans
+    every connection for every request, which capped a run at ~90 requests/s).
     """
     import openai
 
@@ -292,20 +325,12 @@ def open_direct_client(
         http_client = openai.DefaultAioHttpClient(**http_options)
     except RuntimeError:  # an openai without its aiohttp transport: fall back to httpx
         http_client = openai.DefaultAsyncHttpxClient(**http_options)
-    sdk = openai.AsyncOpenAI(
+    return (sdk_class or openai.AsyncOpenAI)(
         api_key=api_key or "EMPTY",
         base_url=base_url,
         max_retries=max_retries,
         default_headers=dict(headers),
         http_client=http_client,
-    )
-    return DirectOpenAI(
-        sdk,
-        request_timeout=request_timeout,
-        max_connections=max_connections,
-        http=http,
-        max_in_flight=max_in_flight,
-        journal=journal,
     )
 
 

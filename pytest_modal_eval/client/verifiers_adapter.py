@@ -86,13 +86,16 @@ class VerifiersAPI(Protocol):
         prefetch: int = 0,
         journal: AnswerJournal | None = None,
         rollout_indexes: Callable[[int], Sequence[int]] | None = None,
+        max_turns: int | None = None,
     ) -> None:
         """Run ``rollouts`` rollouts of each row, ``on_example(example_id, outputs)`` as each
         example finishes. Outputs are dicts in verifiers 0.3's rollout-output shape (see
         :func:`pytest_modal_eval.runs.record.rollout_record`) with the rollout index and slot
         wait in the :mod:`~pytest_modal_eval.client.rollout_seeds` state columns. At most
         ``max_concurrent_requests`` requests wait for an answer at once; rollout ``r`` asks with
-        ``seed + r``; with a ``journal``, answers are recorded and replayed after a resume."""
+        ``seed + r``; with a ``journal``, answers are recorded and replayed after a resume.
+        ``max_turns`` caps a v1 rollout's model turns (a rollout stopped there is errored);
+        the classic API's environments keep their own."""
 
 
 def installed_version() -> str:

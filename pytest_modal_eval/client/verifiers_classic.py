@@ -191,6 +191,7 @@ async def run_examples(
     prefetch: int = 0,
     journal: AnswerJournal | None = None,
     rollout_indexes: Callable[[int], Sequence[int]] | None = None,
+    max_turns: int | None = None,
 ) -> None:
     """Run ``rollouts`` rollouts of each row; call ``on_example`` as each example finishes.
 
@@ -206,6 +207,8 @@ async def run_examples(
     the rest (e.g. the endpoint is down) and is raised as :class:`RunAborted`. Rollout ``r`` of
     an example samples with ``seed + r`` (see :mod:`pytest_modal_eval.client.rollout_seeds`); which
     ``r`` an example still needs is ``rollout_indexes(example_id)``, else ``range(rollouts)``.
+    ``max_turns`` is not used: a classic environment's turns are its own (``MultiTurnEnv``'s
+    ``max_turns``).
     """
     client = chat_client(
         endpoint,

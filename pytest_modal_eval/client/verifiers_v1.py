@@ -18,17 +18,21 @@ reach the network), a local setup:
   plugin's :class:`~pytest_modal_eval.client.direct_client.DirectOpenAI`, so the in-flight cap,
   the answer journal, per-rollout seeds, retries, timeouts and proxy settings are the same as
   with the classic API;
+- judge models (``task.judges``) called through the plugin's openai client, at the endpoint
+  and model the benchmark names (:mod:`.verifiers_v1_judges`);
 - nothing is uploaded (results go to the plugin's checkpoint, as with the classic API).
 
-Single-agent tasksets run this way, multi-turn and with tools; tasks that need a container, a
-judge model or a user, and tool servers that need another runtime, are refused with a message
-that says why and what to do (:func:`load_environment`).
+Single-agent tasksets run this way, multi-turn, with tools and judges; tasks that need a
+container or a user, judges without an endpoint of their own, and tool servers that need
+another runtime, are refused with a message that says why and what to do
+(:func:`load_environment`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import importlib
 import importlib.util
 import math
@@ -54,6 +58,7 @@ from pytest_modal_eval.client.answer_journal import AnswerJournal, current_examp
 from pytest_modal_eval.client.direct_client import DirectOpenAI, open_direct_client, slot_waits
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
 from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID
+from pytest_modal_eval.client.verifiers_v1_judges import check_judges, plugin_judge_clients
 from pytest_modal_eval.client.workers import run_workers
 from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
 from pytest_modal_eval.serving.endpoint import Endpoint
@@ -113,19 +118,22 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
     problem = missing_environment(env_id)
     if problem:
         raise EnvironmentLoadError(problem)
+    # verifiers' config validators replace parts of the data they are given (``task.judges``
+    # entries become config objects); the caller's env_args stay plain JSON.
+    given = copy.deepcopy(env_args)
     if env_id in BUNDLED:
         module_path, taskset_name, config_name = BUNDLED[env_id]
         module = importlib.import_module(module_path)
         try:
             bundled_config = getattr(module, config_name).model_validate(
-                {"base_dir": str(base_dir), **env_args}
+                {"base_dir": str(base_dir), **given}
             )
         except ValidationError as exc:
             raise EnvironmentLoadError(_config_problem(env_id, exc)) from None
         taskset: vf.Taskset[Any, Any] = getattr(module, taskset_name)(bundled_config)
     else:
         try:
-            config = taskset_config_type(env_id).model_validate({**env_args, "id": env_id})
+            config = taskset_config_type(env_id).model_validate({**given, "id": env_id})
         except ValidationError as exc:
             raise EnvironmentLoadError(_config_problem(env_id, exc)) from None
         except (ImportError, AttributeError, TypeError, ValueError) as exc:
@@ -139,6 +147,7 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
             )
         taskset = load_taskset(config)
     _check_runnable(env_id, taskset)
+    check_judges(env_id, judges(taskset), env_args)
     if not taskset.bounded:
         raise EnvironmentLoadError(f"environment {env_id!r} has infinitely many tasks")
     try:
@@ -149,6 +158,11 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
         raise EnvironmentLoadError(f"environment {env_id!r} has no tasks")
     _check_tasks(env_id, tasks)
     return V1Environment(env_id, taskset, tasks)
+
+
+def judges(taskset: vf.Taskset[Any, Any]) -> list[vf.JudgeConfig]:
+    """The judges plugged into the taskset's tasks (``task.judges``)."""
+    return list(getattr(taskset.config.task, "judges", None) or [])
 
 
 def _config_problem(env_id: str, exc: ValidationError) -> str:
@@ -193,15 +207,6 @@ def _check_runnable(env_id: str, taskset: vf.Taskset[Any, Any]) -> None:
             f"environment {env_id!r}: its tasks ({task_type.__name__}) need a container "
             "runtime; pytest-modal-eval runs v1 tasks in-process, without one: run it with "
             "verifiers' own `vf-eval` and a docker or prime runtime instead"
-        )
-    judges = list(getattr(taskset.config.task, "judges", None) or [])
-    if judges:
-        names = ", ".join(repr(j.id or j.name) for j in judges)
-        raise EnvironmentLoadError(
-            f"environment {env_id!r}: its tasks are scored by judge models ({names}), which "
-            "verifiers calls with their own client, outside pytest-modal-eval's endpoint, "
-            "in-flight cap and answer journal; remove the judges from the taskset config "
-            "(env_args.task.judges) or run it with `vf-eval`"
         )
     tools = [*task_type.toolsets(taskset.config.task), *type(taskset).toolsets(taskset.config)]
     for toolset in tools:
@@ -370,8 +375,28 @@ class PluginInterception(InterceptionServer):  # type: ignore[misc]
         return secrets
 
 
+#: The stop condition verifiers records when the agent's ``max_turns`` refused a turn.
+TURN_CAP_STOP = "max_turns"
+
+
+def turn_cap_error(trace: vf.Trace, max_turns: int | None) -> dict[str, str]:
+    """The error recorded for a rollout stopped by ``eval.max_turns``: not a finish the
+    taskset decided, so not scored."""
+    return {
+        "error": "MaxTurnsReached",
+        "message": f"the rollout was stopped after {trace.num_turns} model turns, "
+        f"eval.max_turns ({max_turns}), before the model answered or the taskset's own stop "
+        "conditions ended it; raise eval.max_turns, or give the taskset a @vf.stop that ends "
+        "such rollouts (and scores them)",
+    }
+
+
 def rollout_output(
-    example_id: int, task: vf.Task[Any, Any, Any], trace: vf.Trace, rollout: _Rollout
+    example_id: int,
+    task: vf.Task[Any, Any, Any],
+    trace: vf.Trace,
+    rollout: _Rollout,
+    max_turns: int | None = None,
 ) -> dict[str, Any]:
     """A finished rollout in the shape the plugin records (verifiers 0.3's rollout output)."""
     messages = (
@@ -382,7 +407,11 @@ def rollout_output(
     first_reply = next(
         (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
     )
-    error = trace.last_error if not trace.ok else None
+    error: dict[str, str] | None = None
+    if not trace.ok and trace.last_error is not None:
+        error = {"error": trace.last_error.type, "message": trace.last_error.message}
+    elif trace.stop_condition == TURN_CAP_STOP:
+        error = turn_cap_error(trace, max_turns)
     metrics: dict[str, Any] = {
         name: reward.score for name, reward in trace.rewards.items() if reward is not None
     }
@@ -398,7 +427,7 @@ def rollout_output(
         "info": getattr(task.data, "info", None),
         "reward": trace.reward,
         "metrics": metrics,
-        "error": None if error is None else {"error": error.type, "message": error.message},
+        "error": error,
         "timing": {
             "generation": {"duration": timing.agent.duration},
             "scoring": {"duration": timing.scoring.duration},
@@ -428,6 +457,7 @@ async def run_examples(
     prefetch: int = 0,
     journal: AnswerJournal | None = None,
     rollout_indexes: Callable[[int], Sequence[int]] | None = None,
+    max_turns: int | None = None,
 ) -> None:
     """See :meth:`pytest_modal_eval.client.verifiers_adapter.VerifiersAPI.run_examples`."""
     api_key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
@@ -452,12 +482,19 @@ async def run_examples(
             base_url=endpoint.base_url, api_key_var="PYTEST_MODAL_EVAL_NO_KEY"
         ),
         sampling=vf.SamplingConfig.model_validate(sampling_args),
+        # Refuses the turn after max_turns; the rollout ends with stop_condition "max_turns".
+        max_turns=max_turns,
     )
     slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
     pending = iter(rows)
 
     try:
         async with contextlib.AsyncExitStack() as stack:
+            stack.enter_context(
+                plugin_judge_clients(
+                    judges(env.taskset), request_timeout=request_timeout, max_retries=max_retries
+                )
+            )
             shared = await stack.enter_async_context(_shared_tools(env))
             interception = await stack.enter_async_context(PluginInterception(client, shared))
             agent = vf.Agent(agent_config, interception=interception)
@@ -469,7 +506,7 @@ async def run_examples(
 
                 trace = await agent.run(task, tools=shared, on_trace=minted)
                 client.rollouts.pop(trace.id, None)
-                return rollout_output(example_id, task, trace, rollout)
+                return rollout_output(example_id, task, trace, rollout, max_turns)
 
             async def worker() -> None:
                 for row in pending:

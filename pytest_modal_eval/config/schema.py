@@ -12,6 +12,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+#: Model turns a v1 rollout may take when the benchmark sets no ``eval.max_turns``: a bound
+#: for a model that keeps calling tools, far above what a task answered with tools needs.
+DEFAULT_MAX_TURNS = 50
 
 #: Chat templates bundled in pytest_modal_eval/serving/chat_templates/, used when a model has none.
 FALLBACK_TEMPLATES = ("base", "code", "math", "think")
@@ -165,6 +168,13 @@ class EvalConfig(BaseModel):
         ge=0,
         description="client retries of one request (connection errors, timeouts, 408, 409, 429, "
         "5xx; waits for Retry-After up to 2 min, else 0.5 s doubling to 8 s)",
+    )
+    max_turns: int = Field(
+        DEFAULT_MAX_TURNS,
+        ge=1,
+        description="model turns one rollout may take (verifiers 0.4 tasksets; the classic API's "
+        "environments set their own); a rollout still going then is stopped and errored, not "
+        "scored",
     )
     pass_k: list[int] | None = Field(
         None,

@@ -580,6 +580,7 @@ def _run_grouped(
                 prefetch=config.eval.prefetch,
                 journal=journal,
                 rollout_indexes=rollout_indexes,
+                max_turns=config.eval.max_turns,
             )
         )
 

@@ -6,7 +6,9 @@ questions: question q is answered right when hash(salt, q) < accuracy, so a run 
 reproducible and changing ``salt`` simulates sampling noise. ``models`` serves further models,
 each with its own settings over the top-level ones (``{"b": {"accuracy": 0.6}}``), so one
 server stands in for several models of different quality. ``fail_rate`` makes a
-deterministic fraction of questions answer HTTP 500. With ``call_tools`` it plays a model that
+deterministic fraction of questions answer HTTP 500 (``fail_first``: the first N requests).
+``replies`` answers a question containing a given text with a fixed reply (a judge's verdict).
+With ``call_tools`` it plays a model that
 uses tools: a request offering ``tools`` whose question ("What is the value of KEY?") has no
 tool result yet is answered with a call of the first tool, ``{"key": KEY}``; once the result is
 in the conversation, the answer is that result (right or wrong as ``accuracy`` says).
@@ -60,6 +62,8 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "call_tools": False,  # call the offered tool before answering (see the module docstring)
     "tool_loop": False,  # with call_tools: call the tool on every turn, never answer
     "hold_tool_results": 0.0,  # seconds to hold a request that carries a tool result
+    "replies": {},  # text -> the reply to a question containing it (a judge's verdict, ...)
+    "fail_first": 0,  # answer fail_status to the first N chat requests
 }
 
 
@@ -148,12 +152,21 @@ class FakeModel:
             if settings["hold_repeats"] and self.by_question[question] > 1:
                 await _hold(request, float(settings["hold_repeats"]))
             repeat_fails = settings["fail_repeats"] and self.by_question[question] > 1
-            if repeat_fails or self.fraction("fail", question) < float(settings["fail_rate"]):
+            early = self.stats["chat_requests"] <= int(settings["fail_first"])
+            if (
+                repeat_fails
+                or early
+                or self.fraction("fail", question) < float(settings["fail_rate"])
+            ):
                 self.stats["failed_requests"] += 1
                 return web.json_response(
                     {"error": {"message": "injected failure", "type": "InternalServerError"}},
                     status=int(settings["fail_status"]),
                 )
+            reply = next((r for text, r in settings["replies"].items() if text in question), None)
+            if reply is not None:
+                self.stats["completed_requests"] += 1
+                return web.json_response(_completion(body["model"], reply, "stop", 1))
             if settings["call_tools"]:
                 return await self.tool_turn(request, body, question, settings)
             salt = str(settings["salt"])
