@@ -150,6 +150,24 @@ def test_a_baseline_is_found_however_many_models_the_session_has(
     assert sorted(p.name for p in (project.evals / "__baselines__").iterdir()) == ["alpha.json"]
 
 
+def test_snapshot_update_without_the_reference_model_says_no_baseline_was_recorded(
+    project: BenchmarkProject,
+) -> None:
+    """The benchmark's baseline comes from the reference model's item; with that item
+    deselected, --snapshot-update writes nothing and says so."""
+    project.add("alpha", n=10, gate="gate: {min_avg_reward: 0.1}")
+    result = project.run(*two_models(project), "--snapshot-update", "-k", "model-b")
+    result.stdout.fnmatch_lines(
+        [
+            "alpha: note: no baseline recorded: evals/__baselines__/alpha*.json is recorded "
+            "from the reference model test-model only, which this session does not evaluate "
+            "(deselected); select its item too*"
+        ]
+    )
+    assert "being recorded" not in result.stdout.str()
+    assert not (project.evals / "__baselines__" / "alpha.json").exists()
+
+
 def test_baselines_named_per_item_are_read_until_the_benchmarks_is_recorded(
     project: BenchmarkProject,
 ) -> None:

@@ -288,6 +288,16 @@ def _baseline(
     except BaselineError as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     recorded = found.status in (BaselineStatus.RECORDED, BaselineStatus.UPDATED)
+    if found.status is BaselineStatus.NOT_COMPARED and not _reference_selected(item):
+        return (
+            None,
+            (
+                f"no baseline recorded: {stored_file.shown} is recorded from the reference model "
+                f"{item.reference} only, which this session does not evaluate (deselected); "
+                "select its item too (e.g. drop the -k that excludes it)"
+            ),
+            False,
+        )
     if not found.comparable or found.stored is None:
         return None, found.message, recorded
     stored, gate = found.stored, item.benchmark.config.gate
@@ -302,6 +312,12 @@ def _baseline(
     return comparison, None, recorded
 
 
+def _reference_selected(item: BenchmarkItem) -> bool:
+    """Whether the session evaluates the item of this item's reference model."""
+    nodeid = item.reference_nodeid
+    return nodeid is not None and nodeid in {other.nodeid for other in item.session.items}
+
+
 def _reference(
     session: EvalSession, item: BenchmarkItem, current: Baseline | None
 ) -> tuple[ReferenceComparison | None, str | None]:
@@ -309,7 +325,7 @@ def _reference(
     if item.reference is None or item.reference_nodeid is None or current is None:
         return None, None
     model, nodeid = item.reference, item.reference_nodeid
-    if nodeid not in {other.nodeid for other in item.session.items}:
+    if not _reference_selected(item):
         return None, (
             f"the reference model {model} was not evaluated in this session (deselected): "
             "no comparison"
