@@ -300,7 +300,7 @@ def summarize(
 
     The interval always lies within the rewards' range:
 
-    - every reward 0 or 1: the beta-binomial score interval
+    - every reward 0 or 1 (and no ``bounds`` other than (0, 1)): the beta-binomial score interval
       (:func:`~pytest_modal_eval.stats.intervals.beta_binomial_score`); with one rollout per
       example that is Wilson's interval of a proportion (``interval == "wilson"``).
     - every reward within [0, 1] (partial credit), or ``bounds`` given (the range rewards can
