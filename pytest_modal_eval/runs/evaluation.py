@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -27,6 +26,7 @@ from pytest_modal_eval.exceptions import EnvironmentLoadError
 from pytest_modal_eval.redact import mask_config, mask_profile
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.identity import ModelIdentity, describe_change, describe_weights
+from pytest_modal_eval.runs.interrupt import Interrupt, run_interruptibly
 from pytest_modal_eval.runs.paths import RunPaths, benchmark_dir
 from pytest_modal_eval.runs.record import rollout_record
 from pytest_modal_eval.runs.resume import (
@@ -562,9 +562,14 @@ def _run_grouped(
         request_timeout += PROXY_DEADLINE_MARGIN_S
     # Examples missing different numbers of rollouts run as separate batches, so each
     # verifiers group is exactly the rollouts still missing. Each batch streams the rows.
+    interrupt = Interrupt()
+
+    def stop_reason() -> str | None:
+        return "interrupted (Ctrl-C)" if interrupt else should_stop()
+
     for group in sorted({m for m in still_missing if m}, reverse=True):
         batch = (row for row, m in zip(rows, still_missing, strict=True) if m == group)
-        asyncio.run(
+        run_interruptibly(
             verifiers_adapter.run_examples(
                 env,
                 batch,
@@ -575,13 +580,14 @@ def _run_grouped(
                 request_timeout=request_timeout,
                 max_retries=config.eval.max_retries,
                 on_example=handle,
-                should_stop=should_stop,
+                should_stop=stop_reason,
                 extra_headers=log_route,
                 prefetch=config.eval.prefetch,
                 journal=journal,
                 rollout_indexes=rollout_indexes,
                 max_turns=config.eval.max_turns,
-            )
+            ),
+            interrupt,
         )
 
 
