@@ -69,7 +69,7 @@ def kill_with_answers_in_hand(project: BenchmarkProject) -> int:
 
 
 #: In CI's verifiers 0.4 step (the whole 0.4 file list under -n 2) the pytest run ignored the
-#: SIGINT in 2 of 3 runs: it finished every example and exited 0. Not reproduced with this
+#: SIGINT in 3 of 4 runs: it finished every example and exited 0. Not reproduced with this
 #: file alone or beside the judge tests; the cause is not known (docs/resume.md).
 SIGINT_UNDER_V1 = pytest.mark.xfail(
     installed_api() == "v1",
