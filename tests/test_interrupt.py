@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_modal_eval.runs.interrupt import Interrupt, run_interruptibly
+from pytest_modal_eval.runs.interrupt import run_interruptibly
 
 pytestmark = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(),
@@ -34,12 +34,12 @@ def default_sigint_handler() -> Iterator[None]:
     signal.signal(signal.SIGINT, previous)
 
 
-async def stubborn(interrupt: Interrupt | None, steps: list[int]) -> None:
+async def stubborn(interrupt: threading.Event | None, steps: list[int]) -> None:
     """Catches every cancellation and goes on, as a rollout recording it as its error would;
     stops early only when the run's stop check (``interrupt``) says so."""
     threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
     for step in range(40):
-        if interrupt:
+        if interrupt is not None and interrupt.is_set():
             return
         steps.append(step)
         with contextlib.suppress(asyncio.CancelledError):
@@ -55,18 +55,18 @@ def test_plain_asyncio_run_loses_ctrl_c_when_the_cancellation_is_caught() -> Non
 
 
 def test_ctrl_c_stops_the_run_and_raises_keyboard_interrupt() -> None:
-    interrupt = Interrupt()
+    interrupt = threading.Event()
     steps: list[int] = []
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_interruptibly(stubborn(interrupt, steps), interrupt)
-    assert interrupt
+    assert interrupt.is_set()
     assert 2 <= len(steps) < 40 and time.monotonic() - started < 1.5
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_run_without_ctrl_c_ends_normally() -> None:
-    interrupt = Interrupt()
+    interrupt = threading.Event()
     done: list[bool] = []
 
     async def work() -> None:
@@ -74,5 +74,5 @@ def test_a_run_without_ctrl_c_ends_normally() -> None:
         done.append(True)
 
     run_interruptibly(work(), interrupt)
-    assert done == [True] and not interrupt
+    assert done == [True] and not interrupt.is_set()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -8,6 +8,7 @@ import logging
 import math
 import platform
 import subprocess
+import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
@@ -26,7 +27,7 @@ from pytest_modal_eval.exceptions import EnvironmentLoadError
 from pytest_modal_eval.redact import mask_config, mask_profile
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.identity import ModelIdentity, describe_change, describe_weights
-from pytest_modal_eval.runs.interrupt import Interrupt, run_interruptibly
+from pytest_modal_eval.runs.interrupt import run_interruptibly
 from pytest_modal_eval.runs.paths import RunPaths, benchmark_dir
 from pytest_modal_eval.runs.record import rollout_record
 from pytest_modal_eval.runs.resume import (
@@ -562,10 +563,10 @@ def _run_grouped(
         request_timeout += PROXY_DEADLINE_MARGIN_S
     # Examples missing different numbers of rollouts run as separate batches, so each
     # verifiers group is exactly the rollouts still missing. Each batch streams the rows.
-    interrupt = Interrupt()
+    interrupt = threading.Event()
 
     def stop_reason() -> str | None:
-        return "interrupted (Ctrl-C)" if interrupt else should_stop()
+        return "interrupted (Ctrl-C)" if interrupt.is_set() else should_stop()
 
     for group in sorted({m for m in still_missing if m}, reverse=True):
         batch = (row for row, m in zip(rows, still_missing, strict=True) if m == group)

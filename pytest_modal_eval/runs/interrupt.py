@@ -19,20 +19,9 @@ from types import FrameType
 from typing import Any
 
 
-class Interrupt:
-    """Set by SIGINT while :func:`run_interruptibly` runs."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-
-    def __bool__(self) -> bool:
-        return self._event.is_set()
-
-    def set(self) -> None:
-        self._event.set()
-
-
-def run_interruptibly(main_coroutine: Coroutine[Any, Any, None], interrupt: Interrupt) -> None:
+def run_interruptibly(
+    main_coroutine: Coroutine[Any, Any, None], interrupt: threading.Event
+) -> None:
     """``asyncio.run(main_coroutine)``; SIGINT sets ``interrupt``, cancels the run and makes
     it raise ``KeyboardInterrupt``. Outside the main thread, or with a SIGINT handler of
     someone else's installed, this is plain ``asyncio.run``."""
@@ -59,10 +48,10 @@ def run_interruptibly(main_coroutine: Coroutine[Any, Any, None], interrupt: Inte
     try:
         asyncio.run(run())
     except BaseException:
-        if interrupt:
+        if interrupt.is_set():
             raise KeyboardInterrupt from None
         raise
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if interrupt:
+    if interrupt.is_set():
         raise KeyboardInterrupt
