@@ -32,6 +32,10 @@ def test_gpu_hours_and_cost_from_the_price_table() -> None:
     assert data["est_cost_usd"] == pytest.approx(DEFAULT_GPU_PRICES["H100"], abs=1e-4)
     assert data["price_source"].startswith("Modal list price 20")
     assert half_hour_on_two.to_json({"H100": 2.0})["est_cost_usd"] == 2.0
+    # Hours and cost follow from the seconds as recorded, so a reader can check the record.
+    short = ServerTime("modal", "A100-80GB:2", 0.4, 0.46).to_json({"A100-80GB": 36.0})
+    assert short["server_s"] == 0.5
+    assert (short["gpu_hours"], short["est_cost_usd"]) == (round(0.5 * 2 / 3600, 4), 0.01)
     # A local server has no GPU bill: time only.
     assert ServerTime("local", "H100:2", 5.0, 50.0).to_json({}) == {
         "backend": "local",
@@ -72,9 +76,11 @@ def test_modal_run_reports_startup_server_time_gpu_hours_and_cost(
     assert serving["backend"] == "modal"
     assert serving["gpu"] == "A100-80GB:2"
     assert 0 < serving["server_startup_s"] <= serving["server_s"]
-    assert serving["gpu_hours"] == pytest.approx(serving["server_s"] * 2 / 3600, abs=1e-4)
+    # The record is self-consistent: hours and cost follow from the recorded seconds, up to
+    # their own 4-decimal rounding.
+    assert serving["gpu_hours"] == pytest.approx(serving["server_s"] * 2 / 3600, abs=5e-5)
     assert serving["usd_per_gpu_hour"] == 36
-    assert serving["est_cost_usd"] == pytest.approx(serving["server_s"] * 2 / 3600 * 36, abs=1e-3)
+    assert serving["est_cost_usd"] == pytest.approx(serving["server_s"] * 2 / 3600 * 36, abs=5e-5)
     assert serving["price_source"] == "ini modal_eval_gpu_prices"
     # One start-up record: its phases in run_config.json (what `show` prints), its total here.
     config = json.loads((metadata.parent / "run_config.json").read_text())

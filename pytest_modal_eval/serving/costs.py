@@ -76,15 +76,20 @@ class ServerTime:
     server_s: float  # that start-up plus the time the benchmark evaluated on the server
 
     def to_json(self, overrides: Mapping[str, float]) -> dict[str, Any]:
-        """The figures for ``metadata.json`` and the summary; GPU-hours and cost on Modal."""
+        """The figures for ``metadata.json`` and the summary; GPU-hours and cost on Modal.
+
+        GPU-hours and cost derive from the recorded (rounded) server seconds, so the three
+        figures in a record agree with each other.
+        """
+        server_s = round(self.server_s, 1)
         data: dict[str, Any] = {
             "backend": self.backend,
             "server_startup_s": round(self.startup_s, 1),
-            "server_s": round(self.server_s, 1),
+            "server_s": server_s,
         }
         if self.backend == "modal" and self.gpu:
             kind, count = gpu_type_and_count(self.gpu)
-            hours = self.server_s * count / 3600
+            hours = server_s * count / 3600
             price = overrides.get(kind, DEFAULT_GPU_PRICES.get(kind))
             source = f"ini {INI_KEY}" if kind in overrides else f"Modal list price {PRICES_DATE}"
             data.update(
