@@ -336,3 +336,65 @@ def test_a_judge_built_by_task_code_uses_the_plugins_client(
         assert record["error"]["error"] == "TaskError"
         assert "judge 'reference' names no base_url" in record["error"]["message"]
     assert judge_server.stats().get("chat_requests", 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("base_url: {url}", "base_url: http://127.0.0.1:9/v1"),
+            "judge 'reference' (env_args.task.judges[0]) at http://127.0.0.1:9/v1: GET /models"
+            " failed (Connection error. *); check that the judge's server is running",
+        ),
+        (
+            ("api_key_var: JUDGE_API_KEY", "api_key_var: OTHER_JUDGE_KEY"),
+            "judge 'reference' (env_args.task.judges[0]) at http://127.0.0.1:*: the endpoint "
+            "refused the key (HTTP 401); it is read from $OTHER_JUDGE_KEY "
+            "(env_args.task.judges[0].api_key_var), which is not set",
+        ),
+        (
+            ("model: judge-model", "model: judge-modle"),
+            "judge 'reference' (env_args.task.judges[0]) at http://127.0.0.1:*: the endpoint "
+            "does not serve model 'judge-modle'; it serves: judge-model. Set "
+            "env_args.task.judges[0].model to the served name",
+        ),
+    ],
+    ids=["down", "key-refused", "model-not-served"],
+)
+def test_a_judge_that_cannot_answer_fails_the_benchmark_before_its_run(
+    project: BenchmarkProject,
+    judge_server: FakeServer,
+    change: tuple[str, str],
+    message: str,
+) -> None:
+    """Checked once, before the model is asked anything (on Modal: before a GPU is started
+    for it): the benchmark errors with the YAML's path, the judge, its field and the fix."""
+    judged_yaml(project, judge_server)
+    path = project.evals / "judged.yaml"
+    old, new = (part.replace("{url}", judge_server.base_url) for part in change)
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    result = project.run()
+    result.assert_outcomes(errors=1)
+    # The message as a pattern: its [0] literal, * any text.
+    pattern = ".*".join(re.escape(part) for part in message.split("*"))
+    result.stdout.re_match_lines([f".*evals/judged.yaml: {pattern}$"])
+    assert project.server.stats().get("chat_requests", 0) == 0
+    assert judge_server.stats().get("chat_requests", 0) == 0
+    assert not list(project.run_dirs("judged"))
+
+
+def test_a_judge_endpoint_without_a_model_list_is_not_refused(judge_server: FakeServer) -> None:
+    """Some OpenAI-compatible gateways answer 404 on ``/models``: nothing to check there."""
+    import verifiers.v1 as vf
+
+    from pytest_modal_eval.client.verifiers_v1_judges import check_judge_endpoints
+
+    root = judge_server.base_url.removesuffix("/v1")  # the server lists models under /v1 only
+    config = vf.ReferenceJudgeConfig(base_url=root, model="m", api_key_var="JUDGE_API_KEY")
+    check_judge_endpoints([config])
+    listed = vf.ReferenceJudgeConfig(
+        base_url=judge_server.base_url, model="m", api_key_var="JUDGE_API_KEY"
+    )
+    with pytest.raises(Exception, match="does not serve model 'm'"):
+        check_judge_endpoints([listed])

@@ -69,6 +69,11 @@ class VerifiersAPI(Protocol):
     def dataset_rows(self, env: Any, num_examples: int | None) -> EvalRowsLike:
         """The evaluation rows, ``example_id`` ascending from 0 as the dataset orders them."""
 
+    def check_judge_endpoints(self, env: Any) -> None:
+        """Raise :class:`~pytest_modal_eval.exceptions.EndpointError` when a judge model the
+        environment's benchmark configures cannot answer (v1 ``task.judges``); a classic
+        environment's judge clients are its own."""
+
     async def run_examples(
         self,
         env: Any,
@@ -151,6 +156,10 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> A
 
 def dataset_rows(env: Any, num_examples: int | None) -> EvalRowsLike:
     return implementation().dataset_rows(env, num_examples)
+
+
+def check_judge_endpoints(env: Any) -> None:
+    implementation().check_judge_endpoints(env)
 
 
 async def run_examples(env: Any, rows: Iterable[dict[str, Any]], **options: Any) -> None:

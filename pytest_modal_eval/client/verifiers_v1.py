@@ -54,6 +54,7 @@ from verifiers.v1.mcp import SharedToolServer, serve_shared
 from verifiers.v1.session import RolloutSession
 from verifiers.v1.utils.loaders import environment_class, load_taskset, taskset_config_type
 
+from pytest_modal_eval.client import verifiers_v1_judges
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
 from pytest_modal_eval.client.direct_client import DirectOpenAI, open_direct_client, slot_waits
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
@@ -163,6 +164,11 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
 def judges(taskset: vf.Taskset[Any, Any]) -> list[vf.JudgeConfig]:
     """The judges plugged into the taskset's tasks (``task.judges``)."""
     return list(getattr(taskset.config.task, "judges", None) or [])
+
+
+def check_judge_endpoints(env: V1Environment) -> None:
+    """See :func:`~pytest_modal_eval.client.verifiers_v1_judges.check_judge_endpoints`."""
+    verifiers_v1_judges.check_judge_endpoints(judges(env.taskset))
 
 
 def _config_problem(env_id: str, exc: ValidationError) -> str:

@@ -10,6 +10,9 @@ retries nor times out a read. So:
 
 - at load (:func:`check_judges`) every plugged judge must name its endpoint and model in the
   benchmark's ``env_args``, and may not carry a credential in a static header;
+- before a run that has examples to evaluate (:func:`check_judge_endpoints`), each judge's
+  endpoint is asked for its model list, so a judge that is down, refuses its key or does not
+  serve its model fails the benchmark at once, before a model server is started for it;
 - during a run (:func:`plugin_judge_clients`) that client is the plugin's own openai client
   (:func:`~pytest_modal_eval.client.direct_client.open_sdk_client`): the endpoint and model
   from the config, the key from the environment variable ``api_key_var`` names, the run's
@@ -21,6 +24,7 @@ retries nor times out a read. So:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import os
@@ -34,7 +38,7 @@ import verifiers.v1 as vf
 import verifiers.v1.judge as judge_module
 
 from pytest_modal_eval.client.direct_client import open_sdk_client
-from pytest_modal_eval.exceptions import EnvironmentLoadError
+from pytest_modal_eval.exceptions import EndpointError, EnvironmentLoadError
 from pytest_modal_eval.redact import is_secret_name
 
 #: The config fields that say where a judge is and which model answers.
@@ -143,6 +147,56 @@ def judge_client(config: vf.JudgeConfig, request_timeout: float, max_retries: in
     )
     client.judge = judge_name(config)
     return client
+
+
+def check_judge_endpoints(judges: Sequence[vf.JudgeConfig], timeout: float = 15.0) -> None:
+    """GET ``/models`` from each plugged judge's endpoint, through the client its calls use;
+    raise :class:`EndpointError` naming the judge, its field and the fix when one is
+    unreachable, refuses its key, or lists models without the judge's. An endpoint that lists
+    no models (HTTP 404) is not checked further."""
+    problems = asyncio.run(_judge_problems(judges, timeout))
+    if problems:
+        raise EndpointError("; ".join(problems))
+
+
+async def _judge_problems(judges: Sequence[vf.JudgeConfig], timeout: float) -> list[str]:
+    problems = []
+    for index, config in enumerate(judges):
+        where = f"env_args.task.judges[{index}]"
+        problem = await _judge_problem(config, where, timeout)
+        if problem is not None:
+            name = judge_name(config)
+            problems.append(f"judge {name!r} ({where}) at {config.base_url}: {problem}")
+    return problems
+
+
+async def _judge_problem(config: vf.JudgeConfig, where: str, timeout: float) -> str | None:
+    client = judge_client(config, request_timeout=timeout, max_retries=1)
+    try:
+        served = [model.id async for model in client.models.list()]
+    except JudgeCallError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, openai.NotFoundError):
+            return None
+        if isinstance(cause, openai.AuthenticationError | openai.PermissionDeniedError):
+            variable = config.api_key_var
+            state = "is set" if os.environ.get(variable) else "is not set"
+            return (
+                f"the endpoint refused the key (HTTP {cause.status_code}); it is read from "
+                f"${variable} ({where}.api_key_var), which {state}"
+            )
+        detail = f"{cause or exc}"
+        if isinstance(cause, openai.APIConnectionError) and cause.__cause__ is not None:
+            detail += f" {type(cause.__cause__).__name__}: {cause.__cause__}"
+        return f"GET /models failed ({detail}); check that the judge's server is running"
+    finally:
+        await client.close()
+    if served and config.model not in served:
+        return (
+            f"the endpoint does not serve model {config.model!r}; it serves: "
+            f"{', '.join(served)}. Set {where}.model to the served name"
+        )
+    return None
 
 
 def _build_judge_client(config: vf.JudgeConfig) -> Any:

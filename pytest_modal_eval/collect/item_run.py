@@ -106,6 +106,12 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     if run.finished_without_server() is not None:
         item.stash[PREPARED_KEY] = Prepared(run, None, stored)
         return
+    try:
+        # Before the model's server is asked for: a judge that cannot answer would error every
+        # example while that server waits (on Modal, on a paid GPU).
+        verifiers_adapter.check_judge_endpoints(run.env)
+    except EndpointError as exc:
+        raise EvalProblem(f"{item.path}: {exc}") from None
     request = pin_revision(request, identity)
     try:
         info = endpoint_source(session.config).endpoint_for(request, item.nodeid)
