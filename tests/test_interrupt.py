@@ -14,7 +14,6 @@ import contextlib
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -57,11 +56,10 @@ def test_plain_asyncio_run_loses_ctrl_c_when_the_cancellation_is_caught() -> Non
 def test_ctrl_c_stops_the_run_and_raises_keyboard_interrupt() -> None:
     interrupt = threading.Event()
     steps: list[int] = []
-    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         run_interruptibly(stubborn(interrupt, steps), interrupt)
     assert interrupt.is_set()
-    assert 2 <= len(steps) < 40 and time.monotonic() - started < 1.5
+    assert 2 <= len(steps) < 40  # stopped at the signal, not after its 40 steps
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
