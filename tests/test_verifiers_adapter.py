@@ -137,3 +137,73 @@ def test_v1_unreachable_endpoint_is_a_recorded_provider_error(tmp_path: Path) ->
     (output,) = finished[0]
     assert output["error"]["error"] == "ProviderError"
     assert output["reward"] == 0.0
+
+
+FEW_SHOT = """
+import verifiers.v1 as vf
+
+
+class FewShotData(vf.TaskData):
+    answer: str = ""
+
+
+class FewShotTask(vf.Task[FewShotData]):
+    @vf.reward
+    async def correct(self, trace):
+        return 1.0 if self.data.answer in trace.last_reply else 0.0
+
+
+class FewShotTaskset(vf.Taskset[FewShotTask, vf.TasksetConfig]):
+    def load(self):
+        yield FewShotTask(
+            FewShotData(
+                system_prompt="Box the answer.",
+                prompt=[
+                    {"role": "user", "content": "What is 1 + 1?"},
+                    {"role": "assistant", "content": "The answer is \\\\boxed{2}."},
+                    {"role": "user", "content": "What is 2 + 3?"},
+                ],
+                answer="5",
+            )
+        )
+
+
+__all__ = ["FewShotTaskset"]
+"""
+
+
+@v1_only
+def test_v1_a_few_shot_prompt_is_recorded_as_the_prompt(
+    tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt holding assistant turns (a few-shot conversation) is the prompt; the completion
+    is only what the model said."""
+    from pytest_modal_eval.client import verifiers_v1
+
+    (tmp_path / "few_shot.py").write_text(FEW_SHOT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = verifiers_v1.load_environment("few-shot", {}, tmp_path)
+    finished: dict[int, list[dict[str, Any]]] = {}
+    asyncio.run(
+        verifiers_v1.run_examples(
+            env,
+            verifiers_v1.dataset_rows(env, None),
+            endpoint=Endpoint(fake_server.base_url, "test-model"),
+            sampling_args={},
+            rollouts=1,
+            max_concurrent_requests=1,
+            request_timeout=30,
+            max_retries=0,
+            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
+        )
+    )
+    [output] = finished[0]
+    assert output["error"] is None
+    assert [(m["role"], m["content"]) for m in output["prompt"]] == [
+        ("system", "Box the answer."),
+        ("user", "What is 1 + 1?"),
+        ("assistant", "The answer is \\boxed{2}."),
+        ("user", "What is 2 + 3?"),
+    ]
+    [reply] = output["completion"]
+    assert reply["role"] == "assistant" and "What is" not in reply["content"]

@@ -397,6 +397,18 @@ def turn_cap_error(trace: vf.Trace, max_turns: int | None) -> dict[str, str]:
     }
 
 
+def prompt_length(
+    messages: Sequence[Mapping[str, Any]], prompt: Sequence[Mapping[str, Any]]
+) -> int:
+    """Where the model's part of a rollout's messages begins: after the task's prompt, which
+    may itself hold assistant turns (a few-shot conversation). When the messages do not start
+    with the prompt's roles (a harness that reshaped it), at the first assistant message."""
+    roles = [m.get("role") for m in prompt]
+    if prompt and [m.get("role") for m in messages[: len(prompt)]] == roles:
+        return len(prompt)
+    return next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+
+
 def rollout_output(
     example_id: int,
     task: vf.Task[Any, Any, Any],
@@ -410,9 +422,8 @@ def rollout_output(
         if trace.branches
         else []
     )
-    first_reply = next(
-        (i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages)
-    )
+    prompt = prompt_messages(task.data)
+    first_reply = prompt_length(messages, prompt)
     error: dict[str, str] | None = None
     if not trace.ok and trace.last_error is not None:
         error = {"error": trace.last_error.type, "message": trace.last_error.message}
@@ -427,7 +438,7 @@ def rollout_output(
     usage = trace.usage
     return {
         "example_id": example_id,
-        "prompt": messages[:first_reply] or prompt_messages(task.data),
+        "prompt": messages[:first_reply] or prompt,
         "completion": messages[first_reply:],
         "answer": getattr(task.data, "answer", None),
         "info": getattr(task.data, "info", None),
