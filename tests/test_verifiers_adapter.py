@@ -42,6 +42,51 @@ def test_lookup_qa_under_the_classic_api_names_the_verifiers_it_needs() -> None:
     assert "verifiers 0.3.1 (classic API) is installed" in problem
 
 
+#: Classic environment modules whose loading fails (module -> source, the error expected).
+BROKEN_CLASSIC = {
+    "v1_style": (
+        "import verifiers.v1 as vf\n\n\n"
+        "class StyleTaskset(vf.Taskset[vf.Task[vf.TaskData], vf.TasksetConfig]):\n"
+        "    def load(self):\n"
+        "        yield vf.Task(vf.TaskData(prompt='hi'))\n\n\n"
+        "__all__ = ['StyleTaskset']\n",
+        r"^environment 'v1-style': module 'v1_style' has no load_environment\(\), the classic "
+        r"API's entry point \(verifiers 0\.3\.1 is installed\)\. If it is a verifiers v1 "
+        r"taskset, it needs verifiers 0\.4: `uv pip install 'verifiers>=0\.4,<0\.5'`$",
+    ),
+    "loader_raises": (
+        "import os\n\n\ndef load_environment(**kwargs):\n"
+        "    return os.environ['PYTEST_MODAL_EVAL_UNSET_TOKEN']\n",
+        r"^environment 'loader-raises': loading it raised KeyError: "
+        r"'PYTEST_MODAL_EVAL_UNSET_TOKEN' \(at \S*loader_raises\.py:5\)$",
+    ),
+    "no_such_arg": (
+        "def load_environment(path):\n    raise AssertionError('not called')\n",
+        r"^environment 'no-such-arg' rejected env_args: .*unexpected keyword argument 'pth'",
+    ),
+    "needs_dep": (
+        "import not_a_real_package_xyz\n\n\ndef load_environment():\n    pass\n",
+        r"^environment 'needs-dep': loading it failed: no module named "
+        r"'not_a_real_package_xyz' \(imported at \S*needs_dep\.py:1\); install the package",
+    ),
+}
+
+
+@classic_only()
+@pytest.mark.parametrize("module", sorted(BROKEN_CLASSIC))
+def test_classic_load_errors_name_the_cause_and_the_fix(
+    module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_modal_eval.client import verifiers_classic
+
+    source, message = BROKEN_CLASSIC[module]
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = {"pth": "x"} if module == "no_such_arg" else {}
+    with pytest.raises(EnvironmentLoadError, match=message):
+        verifiers_classic.load_environment(module.replace("_", "-"), args, tmp_path)
+
+
 def write_qa(path: Path, n: int) -> Path:
     rows = [{"question": f"What is {i} + 3?", "answer": str(i + 3), "n": i} for i in range(n)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

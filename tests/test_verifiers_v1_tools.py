@@ -281,6 +281,145 @@ def test_unsupported_tasksets_are_refused_with_the_reason(
         verifiers_v1.load_environment(env_id, {}, tmp_path)
 
 
+#: A taskset whose own code fails while it loads (module -> source, the error expected).
+BROKEN_TASKSETS = {
+    "import_raises": (
+        """
+        import os
+
+        TOKEN = os.environ["PYTEST_MODAL_EVAL_UNSET_TOKEN"]
+        """,
+        r"^environment 'import-raises': importing its taskset module raised KeyError: "
+        r"'PYTEST_MODAL_EVAL_UNSET_TOKEN' \(at \S*import_raises\.py:5\)$",
+    ),
+    "missing_dep": (
+        """
+        import not_a_real_package_xyz
+        """,
+        r"^environment 'missing-dep': importing its taskset module failed: no module named "
+        r"'not_a_real_package_xyz' \(imported at \S*missing_dep\.py:3\); install the package "
+        r"that provides 'not_a_real_package_xyz' where pytest runs$",
+    ),
+    "bad_syntax": (
+        """
+        def broken(:
+            pass
+        """,
+        r"^environment 'bad-syntax': importing its taskset module raised SyntaxError: "
+        r"invalid syntax \(bad_syntax\.py, line 3\)$",
+    ),
+    "load_raises": (
+        """
+        class ReadsTaskset(vf.Taskset[vf.Task[vf.TaskData], vf.TasksetConfig]):
+            def load(self):
+                with open("data/not-there.jsonl") as rows:
+                    yield from ()
+
+        __all__ = ["ReadsTaskset"]
+        """,
+        r"^environment 'load-raises': loading its tasks raised FileNotFoundError: \[Errno 2\] "
+        r"No such file or directory: 'data/not-there.jsonl' \(at \S*load_raises\.py:5\)$",
+    ),
+    "init_raises": (
+        """
+        class PickyTaskset(vf.Taskset[vf.Task[vf.TaskData], vf.TasksetConfig]):
+            def __init__(self, config):
+                raise RuntimeError("needs a GPU")
+
+            def load(self):
+                yield from ()
+
+        __all__ = ["PickyTaskset"]
+        """,
+        r"^environment 'init-raises': building its taskset raised RuntimeError: needs a GPU "
+        r"\(at \S*init_raises\.py:5\)$",
+    ),
+}
+
+
+@pytest.mark.parametrize("module", sorted(BROKEN_TASKSETS))
+def test_an_error_in_the_tasksets_own_code_is_told_in_one_line(
+    module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What was being done, the exception and the taskset's line that raised it; a missing
+    dependency is named with the fix."""
+    from pytest_modal_eval.client import verifiers_v1
+    from pytest_modal_eval.exceptions import EnvironmentLoadError
+
+    source, message = BROKEN_TASKSETS[module]
+    (tmp_path / f"{module}.py").write_text("import verifiers.v1 as vf\n" + textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EnvironmentLoadError, match=message):
+        verifiers_v1.load_environment(module.replace("_", "-"), {}, tmp_path)
+
+
+CHECKED_CONFIG = """
+import pydantic
+import verifiers.v1 as vf
+
+
+class CountConfig(vf.TasksetConfig):
+    n: int = 4
+    start: int = 0
+
+    @pydantic.model_validator(mode="after")
+    def enough(self):
+        if self.start < 0:
+            raise ValueError("start must not be negative")
+        return self
+
+
+class CountTaskset(vf.Taskset[vf.Task[vf.TaskData], CountConfig]):
+    def load(self):
+        for i in range(self.config.n):
+            yield vf.Task(vf.TaskData(prompt=f"Say {self.config.start + i}."))
+
+
+__all__ = ["CountTaskset"]
+"""
+
+
+def test_rejected_env_args_name_the_field_and_the_fields_there_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_modal_eval.client import verifiers_v1
+    from pytest_modal_eval.exceptions import EnvironmentLoadError
+
+    (tmp_path / "counted.py").write_text(CHECKED_CONFIG)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EnvironmentLoadError) as misspelled:
+        verifiers_v1.load_environment("counted", {"nn": 3}, tmp_path)
+    assert str(misspelled.value) == (
+        "environment 'counted' rejected env_args: env_args.nn: Extra inputs are not permitted "
+        "(fields: n, start, system_prompt, task)"
+    )
+    with pytest.raises(EnvironmentLoadError) as whole:
+        verifiers_v1.load_environment("counted", {"start": -1}, tmp_path)
+    assert str(whole.value) == (
+        "environment 'counted' rejected env_args: env_args: Value error, start must not be negative"
+    )
+    assert len(verifiers_v1.load_environment("counted", {"n": 2}, tmp_path).tasks) == 2
+
+
+def test_a_broken_taskset_errors_its_benchmark_in_one_line(project: BenchmarkProject) -> None:
+    """Through pytest: the benchmark's error and its summary line name the YAML and the
+    cause, with no traceback."""
+    source, _ = BROKEN_TASKSETS["import_raises"]
+    modules = project.pytester.path / "tasksets"
+    modules.mkdir()
+    (modules / "import_raises.py").write_text(textwrap.dedent(source))
+    project.pytester.syspathinsert(modules)
+    (project.evals / "broken.yaml").write_text("env_id: import-raises\n")
+    result = project.run()
+    result.assert_outcomes(errors=1)
+    line = (
+        "*evals/broken.yaml: environment 'import-raises': importing its taskset module raised "
+        "KeyError: 'PYTEST_MODAL_EVAL_UNSET_TOKEN' (at tasksets/import_raises.py:4)"
+    )
+    result.stdout.fnmatch_lines([line, f"broken: ERROR: {line}"])
+    assert "Traceback" not in result.stdout.str() and "self = " not in result.stdout.str()
+
+
 TASK_TOOLS = '''
 import verifiers.v1 as vf
 

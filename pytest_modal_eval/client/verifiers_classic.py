@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
+from pytest_modal_eval.client.environment_errors import environment_frame, load_failure
 from pytest_modal_eval.client.rollout_seeds import (
     ROLLOUT_COLUMN,
     SLOT_WAIT_COLUMN,
@@ -51,11 +52,9 @@ def missing_environment(env_id: str) -> str | None:
     if env_id in BUNDLED:
         return None
     if env_id in BUNDLED_V1_ONLY:
-        from importlib.metadata import version
-
         return (
             f"environment {env_id!r} is bundled for verifiers' v1 API (0.4.x) only, and "
-            f"verifiers {version('verifiers')} (classic API) is installed: install "
+            f"verifiers {_version()} (classic API) is installed: install "
             "verifiers 0.4 (`uv pip install 'verifiers>=0.4,<0.5'`) to run it"
         )
     name = module_name(env_id)
@@ -115,10 +114,34 @@ def pin_signatures(env: Any) -> None:
 def _call_loader(env_id: str, loader: Callable[..., Any], args: dict[str, Any]) -> Any:
     try:
         return loader(**args)
-    except TypeError as exc:
-        raise EnvironmentLoadError(f"environment {env_id!r} rejected env_args: {exc}") from None
-    except ValueError as exc:  # FileQAError and environments' own argument checks
-        raise EnvironmentLoadError(str(exc)) from None
+    except Exception as exc:
+        raise _load_error(env_id, exc) from None
+
+
+def _load_error(env_id: str, exc: Exception) -> EnvironmentLoadError:
+    """``exc`` from loading ``env_id`` as a message naming its cause and the fix."""
+    module = module_name(env_id)
+    if env_id in BUNDLED and isinstance(exc, ValueError):  # FileQAError: file, line, field
+        return EnvironmentLoadError(str(exc))
+    # verifiers' loader re-raises what the environment raised as a ValueError (failed import)
+    # or RuntimeError (anything else), with the original as the cause.
+    cause = exc.__cause__ if isinstance(exc, ValueError | RuntimeError) else None
+    original = cause if isinstance(cause, Exception) else exc
+    if isinstance(original, AttributeError) and "does not expose load_environment" in str(original):
+        return EnvironmentLoadError(
+            f"environment {env_id!r}: module {module!r} has no load_environment(), the classic "
+            f"API's entry point (verifiers {_version()} is installed). If it is a verifiers v1 "
+            "taskset, it needs verifiers 0.4: `uv pip install 'verifiers>=0.4,<0.5'`"
+        )
+    if isinstance(original, TypeError) and environment_frame(original, module) is None:
+        return EnvironmentLoadError(f"environment {env_id!r} rejected env_args: {original}")
+    return load_failure(env_id, "loading it", original, module)
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("verifiers")
 
 
 def dataset_rows(env: Any, num_examples: int | None) -> EvalRows:

@@ -57,6 +57,7 @@ from verifiers.v1.utils.loaders import environment_class, load_taskset, taskset_
 from pytest_modal_eval.client import verifiers_v1_judges
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
 from pytest_modal_eval.client.direct_client import DirectOpenAI, open_direct_client, slot_waits
+from pytest_modal_eval.client.environment_errors import load_failure
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
 from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID
 from pytest_modal_eval.client.verifiers_v1_judges import check_judges, plugin_judge_clients
@@ -86,6 +87,10 @@ BUNDLED = {
     "file-qa": ("pytest_modal_eval.envs.file_qa_v1", "FileQATaskset", "FileQATasksetConfig"),
     "lookup-qa": ("pytest_modal_eval.envs.lookup_qa_v1", "LookupTaskset", "LookupTasksetConfig"),
 }
+
+
+#: Config fields the plugin fills itself (the env id, a bundled taskset's benchmark directory).
+HIDDEN_CONFIG_FIELDS = ("id", "base_dir")
 
 
 def missing_environment(env_id: str) -> str | None:
@@ -130,15 +135,20 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
                 {"base_dir": str(base_dir), **given}
             )
         except ValidationError as exc:
-            raise EnvironmentLoadError(_config_problem(env_id, exc)) from None
+            raise EnvironmentLoadError(
+                _config_problem(env_id, exc, getattr(module, config_name))
+            ) from None
         taskset: vf.Taskset[Any, Any] = getattr(module, taskset_name)(bundled_config)
     else:
+        own = module_name(env_id)
         try:
-            config = taskset_config_type(env_id).model_validate({**given, "id": env_id})
+            config_type = taskset_config_type(env_id)
+        except Exception as exc:  # the module's own code runs here
+            raise load_failure(env_id, "importing its taskset module", exc, own) from None
+        try:
+            config = config_type.model_validate({**given, "id": env_id})
         except ValidationError as exc:
-            raise EnvironmentLoadError(_config_problem(env_id, exc)) from None
-        except (ImportError, AttributeError, TypeError, ValueError) as exc:
-            raise EnvironmentLoadError(f"environment {env_id!r}: {exc}") from None
+            raise EnvironmentLoadError(_config_problem(env_id, exc, config_type)) from None
         env_class = environment_class(env_id)
         if env_class is not SingleAgentEnv:
             raise EnvironmentLoadError(
@@ -146,7 +156,10 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
                 "e.g. several agents or a judge; pytest-modal-eval runs single-agent tasksets "
                 "only (one model answering each task)"
             )
-        taskset = load_taskset(config)
+        try:
+            taskset = load_taskset(config)
+        except Exception as exc:
+            raise load_failure(env_id, "building its taskset", exc, own) from None
     _check_runnable(env_id, taskset)
     check_judges(env_id, judges(taskset), env_args)
     if not taskset.bounded:
@@ -154,7 +167,11 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
     try:
         tasks = list(taskset)
     except ValueError as exc:  # FileQAError and tasksets' own data checks
-        raise EnvironmentLoadError(str(exc)) from None
+        if env_id in BUNDLED:
+            raise EnvironmentLoadError(str(exc)) from None
+        raise load_failure(env_id, "loading its tasks", exc, module_name(env_id)) from None
+    except Exception as exc:
+        raise load_failure(env_id, "loading its tasks", exc, module_name(env_id)) from None
     if not tasks:
         raise EnvironmentLoadError(f"environment {env_id!r} has no tasks")
     _check_tasks(env_id, tasks)
@@ -171,12 +188,17 @@ def check_judge_endpoints(env: V1Environment) -> None:
     verifiers_v1_judges.check_judge_endpoints(judges(env.taskset))
 
 
-def _config_problem(env_id: str, exc: ValidationError) -> str:
-    fields = "; ".join(
-        f"env_args.{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
-        for error in exc.errors()
-    )
-    return f"environment {env_id!r} rejected env_args: {fields}"
+def _config_problem(env_id: str, exc: ValidationError, config_type: type[Any]) -> str:
+    """Each rejected field with pydantic's reason; an unknown one with the fields there are."""
+    problems = []
+    for error in exc.errors():
+        path = ".".join(str(p) for p in error["loc"])
+        problem = f"env_args.{path}: {error['msg']}" if path else f"env_args: {error['msg']}"
+        if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
+            known = sorted(set(config_type.model_fields) - set(HIDDEN_CONFIG_FIELDS))
+            problem += f" (fields: {', '.join(known)})"
+        problems.append(problem)
+    return f"environment {env_id!r} rejected env_args: {'; '.join(problems)}"
 
 
 def _check_tasks(env_id: str, tasks: Sequence[vf.Task[Any, Any, Any]]) -> None:

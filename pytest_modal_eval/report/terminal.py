@@ -11,6 +11,14 @@ from pytest_modal_eval.report.format import ci_label, fmt_any, fmt_interval
 from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, PROPERTY_PREFIX
 
 
+def error_line(report: pytest.TestReport) -> str:
+    """One line saying why an item errored: a user-facing problem's message, else the
+    exception a traceback ends with (not the traceback's first line)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", "") or report.longreprtext
+    return next((x for x in message.splitlines() if x.strip()), "error")
+
+
 class SummaryCollector:
     """Controller-side: gathers rows from reports (which carry user_properties across xdist)."""
 
@@ -28,8 +36,9 @@ class SummaryCollector:
         if report.failed and "avg_reward" not in props and BENCHMARK_PROPERTY in props:
             # Errored before it had figures (setup: no server, no environment; or an aborted
             # run): a row of its own, so it is not missing from the table.
-            first = next((x for x in report.longreprtext.splitlines() if x.strip()), "error")
-            self.errors.setdefault(report.nodeid, (str(props[BENCHMARK_PROPERTY]), first))
+            self.errors.setdefault(
+                report.nodeid, (str(props[BENCHMARK_PROPERTY]), error_line(report))
+            )
         if report.when != "call" or "avg_reward" not in props:
             return
         row = dict(props)
