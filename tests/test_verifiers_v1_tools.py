@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -467,12 +468,14 @@ def test_a_tasks_own_tool_server_is_started_per_rollout(
     tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task's own toolset (``Task.toolsets``) is started by verifiers for each rollout as a
-    local process, and reads its task over the interception's state channel."""
+    local process, and reads its task over the interception's state channel. The taskset is
+    importable through ``sys.path`` only (as with pytest's ``pythonpath``); the tool server
+    process, ``python -m secret_tools`` in a directory of its own, finds it too."""
     from pytest_modal_eval.client import verifiers_v1
 
     (tmp_path / "secret_tools.py").write_text(TASK_TOOLS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the tool server: python -m secret_tools
+    monkeypatch.setenv("PYTHONPATH", "/nonexistent-entry")
     fake_server.configure(call_tools=True)
     env = verifiers_v1.load_environment("secret-tools", {}, tmp_path)
     finished: dict[int, list[dict[str, Any]]] = {}
@@ -494,6 +497,7 @@ def test_a_tasks_own_tool_server_is_started_per_rollout(
         assert output["error"] is None, output["error"]
         assert output["completion"][1]["content"] == f"x{example_id}"
         assert output["reward"] == 1.0
+    assert os.environ["PYTHONPATH"] == "/nonexistent-entry"  # as it was before the run
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ import importlib
 import importlib.util
 import math
 import os
+import sys
 from array import array
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -534,6 +535,7 @@ async def run_examples(
                     judges(env.taskset), request_timeout=request_timeout, max_retries=max_retries
                 )
             )
+            stack.enter_context(_tool_servers_import_like_this_process(env))
             shared = await stack.enter_async_context(_shared_tools(env))
             interception = await stack.enter_async_context(PluginInterception(client, shared))
             agent = vf.Agent(agent_config, interception=interception)
@@ -562,6 +564,53 @@ async def run_examples(
             await run_workers(worker, slots)
     finally:
         await direct.close()
+
+
+def _import_roots(classes: Iterable[type]) -> list[str]:
+    """The ``sys.path`` directories the classes' top-level packages were imported from, but
+    the interpreter's own (a process of the same interpreter searches those anyway)."""
+    roots: list[str] = []
+    for cls in classes:
+        top = sys.modules.get(cls.__module__.split(".", 1)[0])
+        origin = getattr(top, "__file__", None)
+        if origin is None:
+            continue
+        path = Path(origin).resolve().parent
+        root = path.parent if Path(origin).name == "__init__.py" else path
+        installed = root.is_relative_to(sys.prefix) or root.is_relative_to(sys.base_prefix)
+        if (
+            not installed
+            and str(root) not in roots
+            and any(entry and Path(entry).resolve() == root for entry in sys.path)
+        ):
+            roots.append(str(root))
+    return roots
+
+
+@contextlib.contextmanager
+def _tool_servers_import_like_this_process(env: V1Environment) -> Iterator[None]:
+    """Tool servers are ``python -m <toolset module>`` processes started in a working
+    directory of their own; directories this process imports the taskset from by
+    ``sys.path`` alone (pytest's ``pythonpath``, the rootdir) reach them through
+    ``PYTHONPATH`` while the run lasts."""
+    task_type = type(env.taskset).task_type()
+    tools = [
+        *task_type.toolsets(env.taskset.config.task),
+        *type(env.taskset).toolsets(env.taskset.config),
+    ]
+    roots = _import_roots([type(env.taskset), task_type, *(type(t) for t in tools)])
+    if not tools or not roots:
+        yield
+        return
+    previous = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([*roots, *([previous] if previous else [])])
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = previous
 
 
 @contextlib.asynccontextmanager
