@@ -23,11 +23,14 @@ from pytest_modal_eval.exceptions import ShareError
 REDACTED = "[redacted]"
 
 #: Key names (in JSON and environment variables) whose values are secrets: ``api_key``,
-#: ``HF_TOKEN``, ``client_secret``, ``AWS_SECRET_ACCESS_KEY``; not ``max_tokens`` or
-#: ``token_usage``.
+#: ``api_keys``, ``HF_TOKEN``, ``client_secret``, ``secrets``, ``AWS_SECRET_ACCESS_KEY``,
+#: ``session_cookie``, ``bearer``, ``GITHUB_PAT``; not ``max_tokens``, ``special_tokens`` (plural
+#: ``tokens`` is a count or a vocabulary unless it is ``api_tokens``, ``access_tokens``, ...),
+#: ``token_usage``, ``api_key_var`` (the name of a variable), ``path`` or ``pattern``.
 SECRET_NAME = re.compile(
-    r"(?:^|[_.-])(?:(?:api|access|private|secret)[_-]?key|token|secret|password|passwd"
-    r"|credentials?|authorization|auth)$",
+    r"(?:^|[_.-])(?:(?:(?:api|access|private|secret)[_-]?key|secret|password|passwd"
+    r"|credential|cookie|pat)s?|token|(?:api|access|auth|bearer|refresh|session)[_-]?tokens"
+    r"|authorization|auth|bearer)$",
     re.IGNORECASE,
 )
 #: ``scheme://user:password@host``: the user part of a URL.
