@@ -6,8 +6,9 @@ A secret can reach a run's files two ways: under a key that names it (``env_args
 (``OPENAI_API_KEY``, ``HF_TOKEN``) turning up in some text. :class:`Redactor` replaces both, and
 :meth:`Redactor.check` refuses bytes that still hold a known secret value, so a file nobody
 thought to redact fails loudly instead of leaking. Run records (``run_config.json``, the resume
-index in ``.pytest_cache``) hold a slow hash of each secret setting instead of its value
-(:func:`mask_config`), so the answer key still changes when a secret does.
+index in ``.pytest_cache``) hold a slow hash of each secret setting, and of the
+``user:password`` of each URL, instead of its value (:func:`mask_config`), so the answer key
+still changes when a secret does.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ from pytest_modal_eval.exceptions import ShareError
 REDACTED = "[redacted]"
 
 #: Key names (in JSON and environment variables) whose values are secrets: ``api_key``,
-#: ``HF_TOKEN``, ``client_secret``, ``AWS_SECRET_ACCESS_KEY``; not ``max_tokens`` or
-#: ``token_usage``.
+#: ``api_keys``, ``HF_TOKEN``, ``client_secret``, ``secrets``, ``AWS_SECRET_ACCESS_KEY``,
+#: ``session_cookie``, ``bearer``, ``GITHUB_PAT``; not ``max_tokens``, ``special_tokens`` (plural
+#: ``tokens`` is a count or a vocabulary unless it is ``api_tokens``, ``access_tokens``, ...),
+#: ``token_usage``, ``api_key_var`` (the name of a variable), ``path`` or ``pattern``.
 SECRET_NAME = re.compile(
-    r"(?:^|[_.-])(?:(?:api|access|private|secret)[_-]?key|token|secret|password|passwd"
-    r"|credentials?|authorization|auth)$",
+    r"(?:^|[_.-])(?:(?:(?:api|access|private|secret)[_-]?key|secret|password|passwd"
+    r"|credential|cookie|pat)s?|token|(?:api|access|auth|bearer|refresh|session)[_-]?tokens"
+    r"|authorization|auth|bearer)$",
     re.IGNORECASE,
 )
-#: ``scheme://user:password@host``: the user part of a URL.
-URL_USERINFO = re.compile(r"(?<=://)[^/@\s\"']+@")
+#: ``scheme://user:password@host``: the user part of a URL (group 1, without the ``@``).
+URL_USERINFO = re.compile(r"(?<=://)([^/@\s\"']+)@")
 #: Environment values shorter than this are not searched for (too many false matches).
 MIN_SECRET_LENGTH = 8
 
@@ -57,20 +61,11 @@ class Redactor:
     def text(self, text: str) -> str:
         for value in self.values:
             text = text.replace(value, REDACTED)
-        return URL_USERINFO.sub(f"{REDACTED}@", text)
+        return _replace_url_userinfo(text, lambda _: REDACTED)
 
     def json(self, value: Any) -> Any:
         """A copy of ``value`` with secret-named keys' values and secret strings replaced."""
-        if isinstance(value, Mapping):
-            return {
-                str(k): (REDACTED if is_secret_name(str(k)) and v else self.json(v))
-                for k, v in value.items()
-            }
-        if isinstance(value, (list, tuple)):
-            return [self.json(v) for v in value]
-        if isinstance(value, str):
-            return self.text(value)
-        return value
+        return _replace_secrets(value, lambda _: REDACTED, self.text)
 
     def check(self, name: str, data: bytes) -> None:
         """Raise if ``data`` (a file about to leave this machine) holds a known secret."""
@@ -128,17 +123,37 @@ def _replace_secret_args(args: Iterable[Any], replace: Callable[[str], str]) -> 
 
 
 def mask_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``env_args`` with the value under every secret-named key (at any depth) replaced by
-    :func:`keyed` (strings) or dropped to its type's name (other values)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if is_secret_name(str(key)) and value:
-            out[str(key)] = keyed(value) if isinstance(value, str) else keyed(repr(value))
-        elif isinstance(value, Mapping):
-            out[str(key)] = mask_mapping(value)
-        else:
-            out[str(key)] = value
-    return out
+    """``env_args`` with the value under every secret-named key (at any depth, in mappings and
+    lists) replaced by :func:`keyed` of it (of its ``repr`` when it is not a string), and the
+    ``user:password`` of every URL in a string by :func:`keyed` of it."""
+    masked: dict[str, Any] = _replace_secrets(
+        values,
+        lambda value: keyed(value if isinstance(value, str) else repr(value)),
+        lambda text: _replace_url_userinfo(text, keyed),
+    )
+    return masked
+
+
+def _replace_secrets(value: Any, secret: Callable[[Any], Any], string: Callable[[str], str]) -> Any:
+    """A copy of the JSON-like ``value`` with the (non-empty) value under every secret-named key
+    replaced by ``secret(value)`` and every other string by ``string(text)``, at any depth."""
+    if isinstance(value, Mapping):
+        return {
+            str(k): (
+                secret(v) if is_secret_name(str(k)) and v else _replace_secrets(v, secret, string)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_replace_secrets(v, secret, string) for v in value]
+    if isinstance(value, str):
+        return string(value)
+    return value
+
+
+def _replace_url_userinfo(text: str, replace: Callable[[str], str]) -> str:
+    """``text`` with the ``user:password`` of every URL in it replaced by ``replace(it)``."""
+    return URL_USERINFO.sub(lambda match: f"{replace(match.group(1))}@", text)
 
 
 def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -245,6 +245,23 @@ def test_doctor_offline(project: BenchmarkProject, monkeypatch: pytest.MonkeyPat
     assert result.exit_code == 0 and "not checked: endpoint" in result.stdout
 
 
+@pytest.mark.parametrize("offline", [[], ["--offline"]], ids=["online", "offline"])
+def test_doctor_refuses_credentials_in_the_base_url(
+    project: BenchmarkProject, offline: list[str]
+) -> None:
+    """As a run does: the URL is refused before any request, and its password is not shown."""
+    url = project.server.base_url.replace("http://", "http://alice:S3cretPW@")
+    asked = project.server.stats().get("models_requests", 0)
+    result = CliRunner().invoke(
+        main, ["doctor", "--no-modal", *offline, "--base-url", url, "--model", "test-model"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--base-url must not contain credentials" in result.output
+    assert "--api-key-env" in result.output
+    assert "S3cretPW" not in result.output
+    assert project.server.stats().get("models_requests", 0) == asked
+
+
 def test_every_command_is_registered_and_documented() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "pytest_modal_eval", "--help"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,46 @@ def test_secret_values_are_keyed_not_written() -> None:
     }  # fmt: skip
 
 
+def test_secrets_are_keyed_at_any_depth_under_plural_names_and_in_urls() -> None:
+    env_args = {
+        "judges": [{"model": "j1", "api_key": "list-secret-1"}, {"model": "j2"}],
+        "api_keys": ["plural-secret-1", "plural-secret-2"],
+        "secrets": {"judge": "plural-secret-3"},
+        "session_cookie": "cookie-secret-1",
+        "judge_base_url": "https://u:url-secret-1@host/v1",
+        "mirrors": [{"url": "http://bob:url-secret-2@10.0.0.1:8000/v1"}],
+        "path": "data/qa.jsonl",
+        "api_key_var": "JUDGE_API_KEY",
+    }
+    masked = mask_mapping(env_args)
+    assert "secret-" not in json.dumps(masked)
+    assert masked == {
+        "judges": [{"model": "j1", "api_key": keyed("list-secret-1")}, {"model": "j2"}],
+        "api_keys": keyed(repr(["plural-secret-1", "plural-secret-2"])),
+        "secrets": keyed(repr({"judge": "plural-secret-3"})),
+        "session_cookie": keyed("cookie-secret-1"),
+        "judge_base_url": f"https://{keyed('u:url-secret-1')}@host/v1",
+        "mirrors": [{"url": f"http://{keyed('bob:url-secret-2')}@10.0.0.1:8000/v1"}],
+        "path": "data/qa.jsonl",
+        "api_key_var": "JUDGE_API_KEY",
+    }
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"judges": [{"api_key": "list-secret-1"}]}, {"judges": [{"api_key": "list-secret-2"}]}),
+        ({"api_keys": ["plural-secret-1"]}, {"api_keys": ["plural-secret-2"]}),
+        ({"url": "https://u:url-secret-1@host/v1"}, {"url": "https://u:url-secret-2@host/v1"}),
+    ],
+    ids=["list", "plural", "url"],
+)
+def test_a_changed_hidden_secret_changes_the_key(
+    first: dict[str, object], second: dict[str, object]
+) -> None:
+    assert canonical_hash(_fields(first, [])) != canonical_hash(_fields(second, []))
+
+
 def test_a_logged_command_shows_no_secret_flag_value() -> None:
     cmd = ["vllm", "serve", "m", "--hf-token", SECRET, f"--api-key={SECRET}", "--max-tokens", "5"]
     assert redact_args(cmd) == [
@@ -84,19 +125,55 @@ def test_mask_config_masks_env_args_and_extra_args() -> None:
     assert SECRET not in json.dumps(mask_config(config))
 
 
+#: An environment that takes credentials in ``env_args`` (as judge-backed ones do) and asks
+#: file-qa's questions.
+SECRET_QA = """
+from pytest_modal_eval.envs.file_qa import load_environment as file_qa
+
+
+def load_environment(path, judges=(), api_keys=(), judge_base_url=None):
+    return file_qa(path)
+"""
+
+
 def test_a_run_writes_no_secret_setting(
     project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project.add("alpha", n=3, extra_yaml=f"vllm: {{extra_args: ['--api-key', '{SECRET}']}}\n")
+    project.add("alpha", n=3)
+    project.pytester.makepyfile(secret_qa=SECRET_QA)
+    project.pytester.syspathinsert()
+    url = f"https://judge:{SECRET}-url@judge.example/v1"
+    (project.evals / "alpha.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            env_id: secret-qa
+            env_args:
+              path: {project.evals / "data" / "alpha.jsonl"}
+              judges: [{{model: j1, api_key: {SECRET}-list}}]
+              api_keys: [{SECRET}-plural]
+              judge_base_url: "{url}"
+            vllm: {{extra_args: ['--api-key', '{SECRET}']}}
+            eval: {{max_retries: 0}}
+            gate: {{min_avg_reward: 0.5}}
+            """
+        )
+    )
     result = project.run()
     assert result.ret == 0, result.stdout.str()
     [run_dir] = project.run_dirs("alpha")
+    # Every file the run wrote (records, report, logs); only the benchmark file holds secrets.
     written = [p for p in Path(project.pytester.path).rglob("*") if p.is_file()]
-    records = [p for p in written if ".pytest_cache" in p.parts or run_dir in p.parents]
-    assert any(p.name == "run_config.json" for p in records)
+    records = [p for p in written if p != project.evals / "alpha.yaml"]
+    assert any(p.name == "run_config.json" and run_dir in p.parents for p in records)
     assert any(".pytest_cache" in p.parts for p in records)
     for path in records:
         assert SECRET.encode() not in path.read_bytes(), path
-    # The key still holds a stand-in, which changes with the secret.
+    # The key still holds stand-ins, which change with the secrets.
     config = json.loads((run_dir / "run_config.json").read_text())
-    assert config["answer_fields"]["vllm"]["extra_args"] == ["--api-key", keyed(SECRET)]
+    fields = config["answer_fields"]
+    assert fields["vllm"]["extra_args"] == ["--api-key", keyed(SECRET)]
+    assert fields["env_args"]["judges"] == [{"model": "j1", "api_key": keyed(f"{SECRET}-list")}]
+    assert fields["env_args"]["api_keys"] == keyed(repr([f"{SECRET}-plural"]))
+    assert fields["env_args"]["judge_base_url"] == (
+        f"https://{keyed(f'judge:{SECRET}-url')}@judge.example/v1"
+    )

@@ -160,6 +160,19 @@ class Settings:
         return self.models[0] if self.models else None
 
 
+def base_url_credentials_problem(base_url: str) -> str | None:
+    """Why ``--base-url`` is refused when it holds credentials (``user:password@host``), or
+    None; the message does not repeat the URL."""
+    if "@" not in (urlsplit(base_url).netloc or ""):
+        return None
+    return (
+        "--base-url must not contain credentials (user:password@host): they would be sent "
+        "with every request and could end up in run records. Put the API key in the "
+        "environment variable --api-key-env names (default OPENAI_API_KEY); it is sent as "
+        "'Authorization: Bearer ...'."
+    )
+
+
 def resolve_settings(config: pytest.Config) -> Settings:
     def option(name: str) -> Any:
         return config.getoption(name)
@@ -177,13 +190,8 @@ def resolve_settings(config: pytest.Config) -> Settings:
         )
     if backend == "endpoint" and not base_url:
         raise pytest.UsageError("--backend endpoint needs --base-url URL")
-    if base_url and ("@" in (urlsplit(base_url).netloc or "")):
-        raise pytest.UsageError(
-            "--base-url must not contain credentials (user:password@host): they would be sent "
-            "with every request and could end up in run records. Put the API key in the "
-            "environment variable --api-key-env names (default OPENAI_API_KEY); it is sent as "
-            "'Authorization: Bearer ...'."
-        )
+    if base_url and (problem := base_url_credentials_problem(base_url)):
+        raise pytest.UsageError(problem)
     if base_url and backend != "endpoint":
         raise pytest.UsageError(f"--base-url cannot be combined with --backend {backend}")
     output_dir = output_dir_from(
