@@ -307,6 +307,26 @@ def test_endpoint_that_cannot_say_what_it_serves_reuses_a_finished_run_with_a_no
     )
 
 
+def test_endpoint_now_serving_another_model_does_not_reuse_a_finished_run(
+    project: BenchmarkProject,
+) -> None:
+    """An endpoint that lists its models without the one asked for is known to serve
+    something else: the finished run's numbers are not reported, as a run with nothing
+    finished would error the same way."""
+    project.add("alpha", n=3)
+    project.run().assert_outcomes(passed=1)
+    project.server.configure(model="test-model-v2")
+    result = project.run()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*alpha: endpoint * does not serve model 'test-model'; it serves: test-model-v2. "
+            "Pass the served name with --model."
+        ]
+    )
+    assert "nothing to evaluate" not in result.stdout.str()
+
+
 def test_modal_serves_the_commit_and_deploy_names_the_same_app(
     project: BenchmarkProject, hub: FakeHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -84,7 +84,10 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     snapshot: Any = item.funcargs["snapshot"]
     stored = read_stored(snapshot)
     request = ServerRequest.for_benchmark(settings, item.benchmark, item.model)
-    identity = model_identity(session, request)
+    try:
+        identity = model_identity(session, request)
+    except EndpointError as exc:  # the endpoint serves another model: nothing to reuse either
+        raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     run_request = RunRequest(
         benchmark=item.benchmark,
         model=item.model,

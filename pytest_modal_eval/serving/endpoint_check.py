@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -32,12 +33,10 @@ class EndpointChecker:
     the served model's entry (its identity in the answer key, for ``--base-url``)."""
 
     def __init__(self) -> None:
-        self._verdicts: dict[tuple[str, str], tuple[str | None, dict[str, Any] | None]] = {}
+        self._verdicts: dict[tuple[str, str], _Verdict] = {}
         self._lock = threading.Lock()
 
-    def _verdict(
-        self, endpoint: Endpoint, timeout: float
-    ) -> tuple[str | None, dict[str, Any] | None]:
+    def _verdict(self, endpoint: Endpoint, timeout: float) -> _Verdict:
         key = (endpoint.base_url, endpoint.model)
         with self._lock:
             if key not in self._verdicts:
@@ -45,20 +44,30 @@ class EndpointChecker:
             return self._verdicts[key]
 
     def check(self, endpoint: Endpoint, timeout: float = 15.0) -> None:
-        problem, _ = self._verdict(endpoint, timeout)
+        problem = self._verdict(endpoint, timeout).problem
         if problem is not None:
             raise EndpointError(problem)
 
     def served_model(
         self, endpoint: Endpoint, timeout: float = 15.0
     ) -> tuple[dict[str, Any] | None, str | None]:
-        """The ``/models`` entry of the served model, or None and why there is none."""
-        problem, entry = self._verdict(endpoint, timeout)
-        return entry, problem
+        """The ``/models`` entry of the served model, or None and why there is none. Raises
+        :class:`EndpointError` when the endpoint listed its models without this one: then it
+        is known to serve something else, not merely unchecked."""
+        verdict = self._verdict(endpoint, timeout)
+        if verdict.not_served:
+            raise EndpointError(str(verdict.problem))
+        return verdict.entry, verdict.problem
 
 
-def _probe(endpoint: Endpoint, timeout: float) -> tuple[str | None, dict[str, Any] | None]:
-    """(what is wrong, or None; the served model's entry in the list, when there is one)."""
+@dataclass(frozen=True)
+class _Verdict:
+    problem: str | None  # what is wrong, or None
+    entry: dict[str, Any] | None = None  # the served model's entry in the list
+    not_served: bool = False  # the list was read, and the model is not in it
+
+
+def _probe(endpoint: Endpoint, timeout: float) -> _Verdict:
     import httpx
 
     url = endpoint.base_url.rstrip("/") + "/models"
@@ -69,35 +78,34 @@ def _probe(endpoint: Endpoint, timeout: float) -> tuple[str | None, dict[str, An
     try:
         response = httpx.get(url, headers=headers, timeout=timeout, trust_env=not on_loopback(url))
     except httpx.HTTPError as exc:
-        return (
+        return _Verdict(
             f"endpoint {endpoint.base_url} is unreachable: GET {url} failed "
             f"({type(exc).__name__}: {exc}). Check that the server is running and the URL "
             "includes the API prefix (usually /v1).",
-            None,
         )
     if response.status_code in (401, 403):
-        return (
+        return _Verdict(
             f"endpoint {endpoint.base_url} refused the credentials (HTTP {response.status_code} "
             f"on GET {url}). The API key is read from ${endpoint.api_key_env or 'OPENAI_API_KEY'}"
             " (set --api-key-env to use another variable).",
-            None,
         )
     if response.status_code != 200:
-        return (
+        return _Verdict(
             f"endpoint {endpoint.base_url} answered HTTP {response.status_code} on GET {url}; "
             "is this an OpenAI-compatible API base URL (usually ending in /v1)?",
-            None,
         )
     try:
         entries = [m for m in response.json().get("data", []) if isinstance(m, dict)]
         served = [str(m.get("id")) for m in entries]
     except (ValueError, AttributeError):
-        return f"endpoint {endpoint.base_url}: GET {url} did not return an OpenAI model list", None
+        return _Verdict(
+            f"endpoint {endpoint.base_url}: GET {url} did not return an OpenAI model list"
+        )
     if served and endpoint.model not in served:
-        return (
+        return _Verdict(
             f"endpoint {endpoint.base_url} does not serve model {endpoint.model!r}; it serves: "
             f"{', '.join(served)}. Pass the served name with --model.",
-            None,
+            not_served=True,
         )
     entry = next((m for m in entries if str(m.get("id")) == endpoint.model), None)
-    return None, entry
+    return _Verdict(None, entry)
