@@ -114,6 +114,25 @@ def test_runs_lists_each_state(outputs: Path) -> None:
     assert "1.000 ± 0.000" in table
 
 
+def test_runs_shows_each_runs_gate_verdict(project: BenchmarkProject) -> None:
+    """The verdict of the session that judged the run, in ``metadata.json`` and in ``runs``."""
+    project.add("hard", n=4, gate="gate: {min_avg_reward: 0.5}")
+    project.server.configure(accuracy=0.0)
+    project.run().assert_outcomes(failed=1)
+    (row,) = as_json(cli("runs", "--json"))
+    assert row["verdict"] == "fail"
+    [run_dir] = project.run_dirs("hard")
+    metadata = json.loads((run_dir / "metadata.json").read_text())
+    assert metadata["verdict"] == "fail"
+    assert any("gate.min_avg_reward 0.5" in reason for reason in metadata["gate_reasons"])
+
+    project.server.configure(accuracy=1.0)
+    project.run("--override", "gate.min_avg_reward=0.0").assert_outcomes(passed=1)
+    (row,) = as_json(cli("runs", "--json"))
+    assert row["verdict"] == "pass"  # the same run, judged again by a session with a lower gate
+    assert " pass " in cli("runs").stdout.lower()
+
+
 def test_a_resumed_run_is_incomplete_until_its_session_ends(project: BenchmarkProject) -> None:
     """A run that ended with errors, then was resumed and killed, is incomplete (k of n), not
     the earlier session's "with errors"; finishing it makes it complete."""

@@ -35,7 +35,7 @@ from pytest_modal_eval.judge.baseline import (
     check_baseline,
     read_stored,
 )
-from pytest_modal_eval.judge.gate import ReferenceComparison, judge
+from pytest_modal_eval.judge.gate import ReferenceComparison, Verdict, judge
 from pytest_modal_eval.judge.reference import NoReference, ReferenceBoard
 from pytest_modal_eval.report.format import describe_comparison, describe_score
 from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
@@ -49,6 +49,8 @@ from pytest_modal_eval.runs.identity import (
     local_identity,
     served_identity,
 )
+from pytest_modal_eval.runs.paths import RunPaths
+from pytest_modal_eval.runs.store import write_json_atomic
 from pytest_modal_eval.serving.backends import backend
 from pytest_modal_eval.serving.deployments import endpoint_source
 from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
@@ -129,6 +131,18 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
             "moved during the session). Run again, or pin vllm.revision to a commit."
         )
     item.stash[PREPARED_KEY] = Prepared(run, info, stored)
+
+
+def record_verdict(run_dir: Path, verdict: Verdict) -> None:
+    """The gate's verdict in the run's ``metadata.json`` (what ``runs``, ``show`` and the
+    report read): the one of the latest session that judged the run."""
+    paths = RunPaths(run_dir)
+    metadata = paths.read_metadata()
+    if metadata is None:  # not finished (an aborted run has no metadata.json)
+        return
+    metadata["verdict"] = "pass" if verdict.passed else "fail"
+    metadata["gate_reasons"] = list(verdict.reasons)
+    write_json_atomic(paths.metadata, metadata)
 
 
 def pin_revision(request: ServerRequest, identity: ModelIdentity) -> ServerRequest:
@@ -249,6 +263,7 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
             + "; ".join(verdict.reasons)
         )
     item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
+    record_verdict(outcome.run_dir, verdict)
     elapsed = time.monotonic() - started
     record_properties(item, outcome, verdict, item.model or "", elapsed, comparison, reference)
     notes = [
