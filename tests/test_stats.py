@@ -135,6 +135,23 @@ def test_clustered_stderr_tracks_true_sampling_error_and_iid_understates_it() ->
     assert np.mean(iid) < 0.6 * true_sd
 
 
+@pytest.mark.parametrize(("reward", "n", "r"), [(0.3, 40, 2), (0.999, 5, 1), (0.5, 200, 4)])
+def test_partial_credit_examples_that_agree_never_give_a_zero_width_interval(
+    reward: float, n: int, r: int
+) -> None:
+    s = summarize({str(i): [reward] * r for i in range(n)})
+    assert s.interval == "clustered-wilson"
+    assert 0.0 <= s.ci_low < reward < s.ci_high <= 1.0
+    # Counted as n * r / w independent pass/fail rollouts, w = z^2 / (n + z^2) (docs/trust.md).
+    z2 = 1.959963984540054**2
+    effective = n * r * (n + z2) / z2
+    expected = proportion_confint(reward * effective, effective, alpha=0.05, method="wilson")
+    assert (s.ci_low, s.ci_high) == pytest.approx(expected, rel=1e-9)
+    # An example that differs by a hair changes the interval by about as much.
+    nudged = summarize({str(i): [reward] * r for i in range(n - 1)} | {"x": [reward - 1e-4] * r})
+    assert (nudged.ci_low, nudged.ci_high) == pytest.approx((s.ci_low, s.ci_high), abs=2e-3)
+
+
 def test_summarize_zero_examples_is_an_error() -> None:
     with pytest.raises(ValueError, match="zero examples"):
         summarize({})
@@ -166,10 +183,10 @@ def test_summarize_single_example_has_undefined_spread_as_json_null() -> None:
     assert unbounded["ci_low"] is None and unbounded["ci_high"] is None
 
 
-def test_summarize_all_equal_rewards_has_zero_width_interval() -> None:
+def test_summarize_all_equal_rewards_has_zero_stderr_but_not_a_zero_width_interval() -> None:
     s = summarize({str(i): [0.7, 0.7] for i in range(10)})
     assert s.stderr == 0.0
-    assert s.ci_low == s.ci_high == pytest.approx(0.7)
+    assert 0.5 < s.ci_low < 0.7 < s.ci_high < 0.9
     assert s.stderr == pytest.approx(sps.sem(np.full(10, 0.7)))
 
 
