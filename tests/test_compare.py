@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from scipy import special
 
+from pytest_modal_eval.report.format import describe_detectable
 from pytest_modal_eval.stats import power
 from pytest_modal_eval.stats.pass_k import default_ks, pass_at_k, per_example
+from pytest_modal_eval.stats.summary import compare_paired
 from tests.conftest import BenchmarkProject, arithmetic_rows
 from tests.support.openai_server import FakeModel
 
@@ -216,6 +218,31 @@ def test_detectable_drop_of_paired_t_matches_a_simulation(n: int, sd: float) -> 
 def test_too_few_examples_detect_nothing() -> None:
     # Exact McNemar at alpha 0.05 needs 5 flips down and none up: 3 examples never get there.
     assert math.isnan(power.detectable_drop_mcnemar(3, 0.0, 0.05))
+
+
+def test_no_drop_beyond_the_reward_range_is_stated_as_undetectable() -> None:
+    # 5 examples whose differences spread by 0.8: the t-test needs a drop over 1 for 80% power,
+    # and no drop over 1 exists with rewards in [0, 1].
+    assert power.detectable_drop_t(5, 0.8, 0.05) > 1.0
+    assert math.isnan(power.detectable_drop_t(5, 0.8, 0.05, width=1.0))
+    assert power.detectable_drop_t(30, 0.3, 0.05, width=1.0) == pytest.approx(
+        power.detectable_drop_t(30, 0.3, 0.05), abs=1e-5
+    )
+    assert math.isnan(power.detectable_drop_t(10, 0.0, 0.05))  # no spread: nothing to say
+    base = {str(i): x for i, x in enumerate([1.0, 0.0, 1.0, 0.5, 1.0])}
+    run = {str(i): x for i, x in enumerate([0.0, 1.0, 1.0, 0.5, 0.0])}
+    c = compare_paired(base, run, baseline_binary_single=False, run_binary_single=False)
+    assert math.isnan(c.detectable_drop)
+    assert "no drop within the reward range is detectable at 5 examples" in describe_detectable(c)
+    # Every example flipped (several rollouts): the test uses the spread bounded differences
+    # can have, so some drop below 1 is detectable, not "a drop under 0.000".
+    flipped = compare_paired(
+        {str(i): 1.0 for i in range(10)},
+        {str(i): 0.0 for i in range(10)},
+        baseline_binary_single=False,
+        run_binary_single=False,
+    )
+    assert 0.5 < flipped.detectable_drop < 1.0
 
 
 def _stored_runs(project: BenchmarkProject, reference: float, challenger: float) -> list[str]:
