@@ -91,6 +91,20 @@ def test_comparison_line_and_flips_each_way(project: BenchmarkProject) -> None:
     assert stats[f"chat_requests:{REFERENCE}"] == N and stats[f"chat_requests:{CHALLENGER}"] == N
 
 
+def test_undefined_figures_of_one_example_are_n_a_in_junit_xml(project: BenchmarkProject) -> None:
+    # One example, two rollouts: no standard error, and the paired t-test of one difference
+    # has no interval. The summary shows n/a; JUnit XML says the same, not "nan".
+    project.add("alpha", n=1, extra_yaml="eval: {rollouts: 2, max_retries: 0}\n")
+    result = project.run(*two_models(project, 1.0, 0.0), "--junitxml=report.xml")
+    assert "n/a" in result.stdout.str()
+    props = properties(project, "alpha--model-b")
+    assert props["stderr"] == "n/a"
+    assert props["reference_diff_ci_low"] == props["reference_diff_ci_high"] == "n/a"
+    assert props["reference_p_value"] == "n/a"
+    assert props["ci_level"] == "0.95"
+    assert not [name for name, value in props.items() if value == "nan"]
+
+
 def test_vs_reference_gate_fails_a_worse_model(project: BenchmarkProject) -> None:
     project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1, vs_reference: {alpha: 0.05}}")
     result = project.run(*two_models(project, 0.9, 0.6))
