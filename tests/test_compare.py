@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from scipy import special
 
+from pytest_modal_eval.report.format import describe_detectable
 from pytest_modal_eval.stats import power
 from pytest_modal_eval.stats.pass_k import default_ks, pass_at_k, per_example
+from pytest_modal_eval.stats.summary import compare_paired
 from tests.conftest import BenchmarkProject, arithmetic_rows
 from tests.support.openai_server import FakeModel
 
@@ -87,6 +89,20 @@ def test_comparison_line_and_flips_each_way(project: BenchmarkProject) -> None:
     assert "reference_model" not in properties(project, "alpha--test-model")
     stats = project.server.stats()
     assert stats[f"chat_requests:{REFERENCE}"] == N and stats[f"chat_requests:{CHALLENGER}"] == N
+
+
+def test_undefined_figures_of_one_example_are_n_a_in_junit_xml(project: BenchmarkProject) -> None:
+    # One example, two rollouts: no standard error, and the paired t-test of one difference
+    # has no interval. The summary shows n/a; JUnit XML says the same, not "nan".
+    project.add("alpha", n=1, extra_yaml="eval: {rollouts: 2, max_retries: 0}\n")
+    result = project.run(*two_models(project, 1.0, 0.0), "--junitxml=report.xml")
+    assert "n/a" in result.stdout.str()
+    props = properties(project, "alpha--model-b")
+    assert props["stderr"] == "n/a"
+    assert props["reference_diff_ci_low"] == props["reference_diff_ci_high"] == "n/a"
+    assert props["reference_p_value"] == "n/a"
+    assert props["ci_level"] == "0.95"
+    assert not [name for name, value in props.items() if value == "nan"]
 
 
 def test_vs_reference_gate_fails_a_worse_model(project: BenchmarkProject) -> None:
@@ -216,6 +232,31 @@ def test_detectable_drop_of_paired_t_matches_a_simulation(n: int, sd: float) -> 
 def test_too_few_examples_detect_nothing() -> None:
     # Exact McNemar at alpha 0.05 needs 5 flips down and none up: 3 examples never get there.
     assert math.isnan(power.detectable_drop_mcnemar(3, 0.0, 0.05))
+
+
+def test_no_drop_beyond_the_reward_range_is_stated_as_undetectable() -> None:
+    # 5 examples whose differences spread by 0.8: the t-test needs a drop over 1 for 80% power,
+    # and no drop over 1 exists with rewards in [0, 1].
+    assert power.detectable_drop_t(5, 0.8, 0.05) > 1.0
+    assert math.isnan(power.detectable_drop_t(5, 0.8, 0.05, width=1.0))
+    assert power.detectable_drop_t(30, 0.3, 0.05, width=1.0) == pytest.approx(
+        power.detectable_drop_t(30, 0.3, 0.05), abs=1e-5
+    )
+    assert math.isnan(power.detectable_drop_t(10, 0.0, 0.05))  # no spread: nothing to say
+    base = {str(i): x for i, x in enumerate([1.0, 0.0, 1.0, 0.5, 1.0])}
+    run = {str(i): x for i, x in enumerate([0.0, 1.0, 1.0, 0.5, 0.0])}
+    c = compare_paired(base, run, baseline_binary_single=False, run_binary_single=False)
+    assert math.isnan(c.detectable_drop)
+    assert "no drop within the reward range is detectable at 5 examples" in describe_detectable(c)
+    # Every example flipped (several rollouts): the test uses the spread bounded differences
+    # can have, so some drop below 1 is detectable, not "a drop under 0.000".
+    flipped = compare_paired(
+        {str(i): 1.0 for i in range(10)},
+        {str(i): 0.0 for i in range(10)},
+        baseline_binary_single=False,
+        run_binary_single=False,
+    )
+    assert 0.5 < flipped.detectable_drop < 1.0
 
 
 def _stored_runs(project: BenchmarkProject, reference: float, challenger: float) -> list[str]:

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import optimize
 from scipy import stats as sps
 from statsmodels.regression.linear_model import OLS
 from statsmodels.stats.contingency_tables import mcnemar
@@ -135,6 +136,23 @@ def test_clustered_stderr_tracks_true_sampling_error_and_iid_understates_it() ->
     assert np.mean(iid) < 0.6 * true_sd
 
 
+@pytest.mark.parametrize(("reward", "n", "r"), [(0.3, 40, 2), (0.999, 5, 1), (0.5, 200, 4)])
+def test_partial_credit_examples_that_agree_never_give_a_zero_width_interval(
+    reward: float, n: int, r: int
+) -> None:
+    s = summarize({str(i): [reward] * r for i in range(n)})
+    assert s.interval == "clustered-wilson"
+    assert 0.0 <= s.ci_low < reward < s.ci_high <= 1.0
+    # Counted as n * r / w independent pass/fail rollouts, w = z^2 / (n + z^2) (docs/trust.md).
+    z2 = 1.959963984540054**2
+    effective = n * r * (n + z2) / z2
+    expected = proportion_confint(reward * effective, effective, alpha=0.05, method="wilson")
+    assert (s.ci_low, s.ci_high) == pytest.approx(expected, rel=1e-9)
+    # An example that differs by a hair changes the interval by about as much.
+    nudged = summarize({str(i): [reward] * r for i in range(n - 1)} | {"x": [reward - 1e-4] * r})
+    assert (nudged.ci_low, nudged.ci_high) == pytest.approx((s.ci_low, s.ci_high), abs=2e-3)
+
+
 def test_summarize_zero_examples_is_an_error() -> None:
     with pytest.raises(ValueError, match="zero examples"):
         summarize({})
@@ -166,10 +184,10 @@ def test_summarize_single_example_has_undefined_spread_as_json_null() -> None:
     assert unbounded["ci_low"] is None and unbounded["ci_high"] is None
 
 
-def test_summarize_all_equal_rewards_has_zero_width_interval() -> None:
+def test_summarize_all_equal_rewards_has_zero_stderr_but_not_a_zero_width_interval() -> None:
     s = summarize({str(i): [0.7, 0.7] for i in range(10)})
     assert s.stderr == 0.0
-    assert s.ci_low == s.ci_high == pytest.approx(0.7)
+    assert 0.5 < s.ci_low < 0.7 < s.ci_high < 0.9
     assert s.stderr == pytest.approx(sps.sem(np.full(10, 0.7)))
 
 
@@ -223,8 +241,57 @@ def test_mcnemar_fixed_table_matches_statsmodels() -> None:
     assert cmp.run_mean == pytest.approx(158 / 220)
     assert cmp.solved_to_missed == [str(i) for i in range(21)]
     assert cmp.missed_to_solved == [str(i) for i in range(21, 29)]
-    ref = DescrStatsW(np.array([run[k] - base[k] for k in base]))
-    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(ref.tconfint_mean(alpha=0.05))
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(_tango(21, 8, 220), abs=1e-7)
+
+
+def _tango(down: int, up: int, n: int) -> tuple[float, float]:
+    """Tango's score interval of (up - down) / n by brute force: the restricted maximum
+    likelihood of P(down) found numerically, each end by root finding."""
+    z2 = sps.norm.ppf(0.975) ** 2
+    same = n - down - up
+
+    def excess(delta: float) -> float:
+        def minus_loglik(q: float) -> float:
+            terms = (down, q), (up, q + delta), (same, 1 - 2 * q - delta)
+            return -sum(count * math.log(p) for count, p in terms if count)
+
+        lowest, highest = max(0.0, -delta), (1 - delta) / 2
+        if highest - lowest < 1e-12:
+            q = lowest
+        else:
+            q = optimize.minimize_scalar(
+                minus_loglik,
+                bounds=(lowest + 1e-13, highest - 1e-13),
+                method="bounded",
+                options={"xatol": 1e-13},
+            ).x
+        var = n * (2 * q + delta * (1 - delta))
+        return float((up - down - n * delta) ** 2 - z2 * var)
+
+    estimate = (up - down) / n
+    ends = []
+    for edge in (-1.0, 1.0):
+        if excess(edge) <= 1e-9:
+            ends.append(edge)
+        else:
+            start = estimate + edge * 1e-9  # inside, also when the estimate is an end
+            ends.append(optimize.brentq(excess, start, edge * (1 - 1e-12), xtol=1e-12))
+    return ends[0], ends[1]
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "both", "neither"),
+    [(10, 0, 0, 0), (5, 0, 1, 0), (0, 0, 5, 5), (3, 3, 10, 4), (0, 7, 2, 1), (1, 0, 0, 0)],
+)
+def test_mcnemar_interval_is_tangos_score_interval_within_minus_1_and_1(
+    b: int, c: int, both: int, neither: int
+) -> None:
+    base, run = _binary_pair(b, c, both, neither)
+    cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    n = b + c + both + neither
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(_tango(b, c, n), abs=1e-6)
+    assert -1.0 <= cmp.diff_ci_low <= cmp.diff <= cmp.diff_ci_high <= 1.0
+    assert cmp.diff_ci_high - cmp.diff_ci_low > 0.2  # never zero width, even when all flipped
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -246,7 +313,10 @@ def test_mcnemar_random_tables_match_statsmodels(seed: int) -> None:
 def test_mcnemar_no_discordant_pairs() -> None:
     base, run = _binary_pair(b=0, c=0, both=5, neither=5)
     cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
-    assert (cmp.p_value, cmp.diff, cmp.diff_ci_low, cmp.diff_ci_high) == (1.0, 0.0, 0.0, 0.0)
+    assert (cmp.p_value, cmp.diff) == (1.0, 0.0)
+    # Tango's interval with no flip among 10: Wilson's upper end for 0 of 10 on either side.
+    wilson = proportion_confint(0, 10, alpha=0.05, method="wilson")[1]
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-wilson, wilson))
     assert not cmp.regressed
 
 
@@ -289,16 +359,46 @@ def test_binary_flag_with_graded_rewards_is_an_error() -> None:
 def test_identical_runs_have_no_evidence_of_a_drop() -> None:
     same = {str(i): 0.4 for i in range(30)}
     cmp = compare_paired(same, same, baseline_binary_single=False, run_binary_single=False)
-    assert (cmp.p_value, cmp.diff, cmp.diff_ci_low, cmp.diff_ci_high) == (1.0, 0.0, 0.0, 0.0)
+    assert cmp.diff == 0.0 and cmp.p_value == pytest.approx(0.5)
+    # No spread seen: the score interval with the largest variance differences in [-1, 1]
+    # can have, i.e. Wilson's interval of the differences rescaled to [0, 1].
+    low, high = proportion_confint(15, 30, alpha=0.05, method="wilson")
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((2 * low - 1, 2 * high - 1))
     assert not cmp.regressed
 
 
-def test_uniform_drop_on_every_example_regresses() -> None:
-    base = {str(i): 0.9 for i in range(10)}
-    run = {str(i): 0.8 for i in range(10)}
+@pytest.mark.parametrize(("before", "after", "n"), [(0.9, 0.8, 10), (1.0, 0.0, 10), (1.0, 0.0, 3)])
+def test_the_same_difference_on_every_example_gets_the_bounded_score_interval(
+    before: float, after: float, n: int
+) -> None:
+    base = {str(i): before for i in range(n)}
+    run = {str(i): after for i in range(n)}
     cmp = compare_paired(base, run, baseline_binary_single=False, run_binary_single=False)
-    assert cmp.p_value == 0.0 and cmp.regressed
-    assert cmp.diff_ci_low == cmp.diff_ci_high == pytest.approx(-0.1)
+    share = (after - before + 1) / 2
+    low, high = proportion_confint(share * n, n, alpha=0.05, method="wilson")
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((2 * low - 1, 2 * high - 1))
+    assert -1.0 <= cmp.diff_ci_low < cmp.diff_ci_high <= 1.0
+    # The one-sided score test at 0 with the same variance bound: coherent with the interval.
+    assert cmp.p_value == pytest.approx(sps.norm.cdf((after - before) * math.sqrt(n)))
+    assert cmp.regressed == (cmp.p_value < 0.05)
+    assert 0.0 < cmp.detectable_drop <= 1.0 or math.isnan(cmp.detectable_drop)
+
+
+@pytest.mark.parametrize("bounds", [None, (0.0, 1.0), (0.0, 10.0)])
+def test_paired_t_interval_stays_within_the_range_of_differences(
+    bounds: tuple[float, float] | None,
+) -> None:
+    scale = 1.0 if bounds is None else bounds[1]
+    base = {str(i): scale * x for i, x in enumerate([1.0, 1.0, 0.5, 1.0])}
+    run = {str(i): scale * x for i, x in enumerate([0.0, 1.0, 0.0, 0.0])}
+    cmp = compare_paired(
+        base, run, baseline_binary_single=False, run_binary_single=False, bounds=bounds
+    )
+    plain = DescrStatsW(np.array([run[k] - base[k] for k in base])).tconfint_mean(alpha=0.05)
+    assert plain[0] < -scale  # the t interval alone leaves the possible range
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-scale, plain[1]))
+    # No drop beyond the range is stated as undetectable.
+    assert math.isnan(cmp.detectable_drop) or cmp.detectable_drop <= scale
 
 
 def test_single_shared_example_is_undefined_and_not_a_regression() -> None:
@@ -516,9 +616,14 @@ def test_compare_paired_of_columns_equals_compare_paired_of_dicts(seed: int) -> 
     # Partly overlapping id sets, and in shuffled order.
     base = {k: base[k] for k in rng.permutation(ids[: n - 20]).tolist()}
     run = {k: run[k] for k in rng.permutation(ids[30:]).tolist()}
-    flags = {"baseline_binary_single": True, "run_binary_single": seed % 3 != 0}
-    from_dicts = compare_paired(base, run, **flags)
-    from_columns = compare_paired(ExampleMeans.of(base), ExampleMeans.of(run), **flags)
+    single = seed % 3 != 0
+    from_dicts = compare_paired(base, run, baseline_binary_single=True, run_binary_single=single)
+    from_columns = compare_paired(
+        ExampleMeans.of(base),
+        ExampleMeans.of(run),
+        baseline_binary_single=True,
+        run_binary_single=single,
+    )
     assert from_columns == from_dicts
     assert from_dicts.n_shared == n - 50 and from_dicts.only_in_baseline == 30
     assert from_dicts.only_in_run == 20

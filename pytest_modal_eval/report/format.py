@@ -81,7 +81,7 @@ def describe_detectable(c: PairedComparison) -> str:
     from pytest_modal_eval.stats.power import POWER
 
     if not math.isfinite(c.detectable_drop):
-        return f"no drop is detectable at {c.n_shared} examples"
+        return f"no drop within the reward range is detectable at {c.n_shared} examples"
     return (
         f"a drop under {fmt(c.detectable_drop)} is not detectable at {c.n_shared} examples "
         f"({POWER:.0%} power)"

@@ -17,6 +17,9 @@ PROPERTY_PREFIX = "modal_eval_"
 #: Set on a benchmark item when its setup starts, so a summary row can name an item that
 #: errored before it had figures.
 BENCHMARK_PROPERTY = f"{PROPERTY_PREFIX}benchmark"
+#: The value of a figure that is undefined (the standard error of one example): what the
+#: summary shows, where metadata.json has null.
+UNDEFINED = "n/a"
 
 
 def record_properties(
@@ -34,11 +37,11 @@ def record_properties(
     props: list[tuple[str, Any]] = [
         ("benchmark", item.benchmark.name),  # type: ignore[attr-defined]
         ("model", model),
-        ("avg_reward", _num(s.mean) if s else "nan"),
-        ("stderr", _num(s.stderr) if s else "nan"),
-        ("ci_low", _num(s.ci_low) if s else "nan"),
-        ("ci_high", _num(s.ci_high) if s else "nan"),
-        ("ci_level", s.confidence if s else "nan"),
+        ("avg_reward", _num(s.mean) if s else UNDEFINED),
+        ("stderr", _num(s.stderr) if s else UNDEFINED),
+        ("ci_low", _num(s.ci_low) if s else UNDEFINED),
+        ("ci_high", _num(s.ci_high) if s else UNDEFINED),
+        ("ci_level", s.confidence if s else UNDEFINED),
         ("n_examples", outcome.n_selected),
         ("rollouts", outcome.rollouts),
         ("errors", len(outcome.errored)),
@@ -123,4 +126,4 @@ def example_statuses(outcome: RunOutcome) -> list[tuple[str, int | str]]:
 
 
 def _num(value: float) -> float | str:
-    return round(value, 6) if math.isfinite(value) else "nan"
+    return round(value, 6) if math.isfinite(value) else UNDEFINED

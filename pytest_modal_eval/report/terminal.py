@@ -56,11 +56,15 @@ class SummaryCollector:
             return
         tr = terminalreporter
         tr.section("evaluation summary")
+        # A row without figures has ci_level "n/a"; the header takes the first level given.
+        levels = [
+            level for row in self.rows if isinstance(level := row.get("ci_level"), (int, float))
+        ]
         header = (
             "benchmark",
             "model",
             "reward ± stderr",
-            ci_label(float(self.rows[0].get("ci_level", 0.95))) if self.rows else "CI",
+            ci_label(levels[0]) if levels else "CI",
             "gate",
             "verdict",
             "time",

@@ -207,12 +207,17 @@ def beta_binomial_score(
     return Intervals(end(0.0).reshape(shape), end(1.0).reshape(shape))
 
 
-def _design_effect(total: FloatArray, squares: FloatArray, n: int, rollouts: float) -> FloatArray:
+def _design_effect(
+    total: FloatArray, squares: FloatArray, n: int, rollouts: float, z2: float
+) -> FloatArray:
     """r * var(example means) / (m (1 - m)), kept within what [0, 1] rewards allow.
 
     Its ceiling, r, is the largest variance example means in [0, 1] can have (Bhatia-Davis:
     var <= m (1 - m)). With nothing to measure it from (n < 2, or every mean 0 or 1)
     the ceiling is used: the interval is then as wide as [0, 1]-valued example means can need.
+    Its floor is w = z^2 / (n + z^2), Wilson's upper end for 0 of n: n examples cannot show
+    that no share up to w of all examples has pass/fail rollouts (independent, each 0 or 1,
+    with mean m), and such a share alone gives example means the variance w m (1 - m) / r.
     """
     mean = total / n
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -220,7 +225,7 @@ def _design_effect(total: FloatArray, squares: FloatArray, n: int, rollouts: flo
         pq = mean * (1.0 - mean)
         deff = np.where(pq > 0, rollouts * np.maximum(var, 0.0) / pq, rollouts)
     deff = np.where(np.isfinite(deff), deff, rollouts)
-    return np.clip(deff, 0.0, rollouts)
+    return np.clip(deff, min(z2 / (n + z2), rollouts), rollouts)
 
 
 def clustered_wilson(
@@ -230,7 +235,9 @@ def clustered_wilson(
 
     ``means`` has the examples on its last axis (one row per dataset for a simulation);
     ``rollouts`` is the rollouts per example (their mean when it varies). The design effect
-    is estimated from the spread of the example means; its uncertainty, measured by a
+    is estimated from the spread of the example means, and kept at least z^2 / (n + z^2) (see
+    :func:`_design_effect`), so that example means that agree never give a zero-width
+    interval; its uncertainty, measured by a
     jackknife over examples, sets the degrees of freedom of the t quantile used in place of z
     (Satterthwaite: an estimate with relative variance v has 2 / v degrees of freedom).
     """
@@ -238,12 +245,15 @@ def clustered_wilson(
     n = y.shape[-1]
     total, squares = y.sum(-1), (y * y).sum(-1)
     mean = total / n
-    deff = _design_effect(total, squares, n, rollouts)
+    z2 = float(special.ndtri(0.5 + confidence / 2)) ** 2
+    deff = _design_effect(total, squares, n, rollouts, z2)
     dof = np.full(mean.shape, np.inf)
     if n >= 3:
         # Jackknife over examples: how much the design effect moves when one example is left
         # out. Satterthwaite: an estimate with relative variance v has 2 / v degrees of freedom.
-        left_out = _design_effect(total[..., None] - y, squares[..., None] - y * y, n - 1, rollouts)
+        left_out = _design_effect(
+            total[..., None] - y, squares[..., None] - y * y, n - 1, rollouts, z2
+        )
         spread = (n - 1) / n * ((left_out - left_out.mean(-1, keepdims=True)) ** 2).sum(-1)
         with np.errstate(divide="ignore", invalid="ignore"):
             dof = np.where(spread > 0, 2.0 * deff * deff / spread, np.inf)

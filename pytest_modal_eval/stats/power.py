@@ -10,7 +10,7 @@ at the comparison's number of examples and ``alpha``, would call significant wit
   going down. The power is computed exactly, summing over the number of discordant examples.
 - paired t-test (per-example means): per-example differences with the spread observed between
   the two sides, shifted by ``-delta``; the power is exact for normal differences (noncentral
-  t distribution).
+  t distribution). No drop larger than the rewards' range can be.
 
 Both are functions of the observed noise, never of the observed difference (that would be
 "post-hoc power", which says nothing the p-value does not).
@@ -94,14 +94,15 @@ def detectable_drop_mcnemar(n: int, noise: float, alpha: float, power: float = P
     return _smallest(lambda x: mcnemar_power(n, noise + x, noise, alpha), 1.0 - 2.0 * noise, power)
 
 
-def detectable_drop_t(n: int, sd: float, alpha: float, power: float = POWER) -> float:
+def detectable_drop_t(
+    n: int, sd: float, alpha: float, power: float = POWER, *, width: float = math.inf
+) -> float:
     """Smallest mean drop the paired t-test detects with ``power`` when per-example differences
-    have standard deviation ``sd``; 0 when there is no spread, NaN below two examples."""
-    if n < 2:
+    have standard deviation ``sd``; NaN below two examples, without spread, or when no drop up
+    to ``width`` (the length of the rewards' range, the largest drop there can be) is."""
+    if n < 2 or not sd > 0.0:
         return math.nan
-    if sd <= 0.0:
-        return 0.0  # with no spread the test rejects any drop at all
-    return _smallest(lambda x: paired_t_power(n, x, sd, alpha), 20.0 * sd, power)
+    return _smallest(lambda x: paired_t_power(n, x, sd, alpha), min(20.0 * sd, width), power)
 
 
 def _smallest(power_at: Callable[[float], float], high: float, power: float) -> float:

@@ -432,22 +432,69 @@ def _mcnemar_p(n_solved_to_missed: int, n_missed_to_solved: int) -> float:
     return float(special.bdtrc(n_solved_to_missed - 1, discordant, 0.5))
 
 
-def _paired_t(run: FloatArray, base: FloatArray) -> tuple[float, float, float]:
-    """One-sided p (H1: run < base) and the two-sided t interval of mean(run - base)."""
+def _paired_t(run: FloatArray, base: FloatArray, width: float) -> tuple[float, float, float]:
+    """One-sided p (H1: run < base) and the two-sided interval of mean(run - base), within
+    [-width, width] (``width``: the reward range's length)."""
     diffs = run - base
-    if len(diffs) == 1:
+    n = len(diffs)
+    if n == 1:
         return math.nan, math.nan, math.nan
     if _is_constant(diffs):
-        # Zero spread: the t statistic is +-inf (every example moved by the same amount) or 0/0
-        # (nothing moved, no evidence of a drop).
         shift = float(np.mean(diffs))
-        p = 0.0 if shift < -_ZERO_SPREAD else 1.0
-        return p, shift, shift
+        if width <= 0.0:  # every reward seen is the same: nothing can differ
+            return 1.0, shift, shift
+        # No spread to estimate: the score test and interval with the largest variance
+        # differences within [-width, width] can have at each candidate mean mu, (width - mu)
+        # (width + mu) (Bhatia-Davis) -- Wilson's interval of the differences rescaled to [0, 1].
+        z = float(special.ndtri(0.5 + DIFF_CONFIDENCE / 2))
+        low, high = _wilson((shift + width) / (2 * width), z * z / n)
+        p = float(special.ndtr(shift * math.sqrt(n) / width))
+        return p, -width + 2 * width * low, -width + 2 * width * high
     # The paired t statistic's lower tail is the one-sided p; the interval is two-sided.
-    df = len(diffs) - 1
+    df = n - 1
     mean, stderr = float(np.mean(diffs)), _sem(diffs)
     half = _t_quantile(DIFF_CONFIDENCE, df) * stderr
-    return float(special.stdtr(df, mean / stderr)), mean - half, mean + half
+    low, high = max(mean - half, -width), min(mean + half, width)
+    return float(special.stdtr(df, mean / stderr)), low, high
+
+
+def _wilson(share: float, a: float) -> tuple[float, float]:
+    """Wilson's score interval of a proportion ``share`` with a = z^2 / n."""
+    centre = (share + a / 2) / (1 + a)
+    half = math.sqrt(a * share * (1.0 - share) + a * a / 4) / (1 + a)
+    return max(centre - half, 0.0), min(centre + half, 1.0)
+
+
+def _tango_interval(down: int, up: int, n: int) -> tuple[float, float]:
+    """Tango's asymptotic score interval (Stat Med 1998;17:891) of the difference of paired
+    proportions, run - baseline = (up - down) / n: ``down`` pairs went solved -> missed, ``up``
+    missed -> solved. A difference delta is inside when (up - down - n delta)^2 <= z^2 n
+    (2 q + delta (1 - delta)), q being the maximum-likelihood probability of a pair going down
+    given delta. Within [-1, 1]; never of zero width."""
+    z2 = float(special.ndtri(0.5 + DIFF_CONFIDENCE / 2)) ** 2
+    same = n - down - up
+
+    def inside(delta: float) -> bool:
+        # Maximum likelihood of P(down) = q with P(up) = q + delta, the root of
+        # 2 n q^2 - b q - down delta (1 - delta) = 0 that is a probability.
+        b = up * (1 - delta) + down * (1 - 3 * delta) - 2 * same * delta
+        q = (b + math.sqrt(max(b * b + 8 * n * down * delta * (1 - delta), 0.0))) / (4 * n)
+        var = n * (2 * q + delta * (1 - delta))
+        gap = up - down - n * delta
+        return gap * gap <= z2 * max(var, 0.0) + 1e-12 * n * n
+
+    estimate = (up - down) / n
+
+    def end(outside: float) -> float:
+        if inside(outside):
+            return outside
+        found, beyond = estimate, outside
+        for _ in range(60):
+            middle = (found + beyond) / 2
+            found, beyond = (middle, beyond) if inside(middle) else (found, middle)
+        return found
+
+    return end(-1.0), end(1.0)
 
 
 def _sem(values: FloatArray) -> float:
@@ -460,6 +507,19 @@ def _t_quantile(confidence: float, df: int) -> float:
     return float(special.stdtrit(df, 0.5 + confidence / 2))
 
 
+def _reward_width(base: FloatArray, new: FloatArray, bounds: tuple[float, float] | None) -> float:
+    """The length of the rewards' range: ``bounds`` when given; 1 when every example mean of
+    both sides lies within [0, 1]; else the span of the example means seen."""
+    if bounds is not None:
+        if not bounds[0] < bounds[1]:
+            raise ValueError(f"bounds must be (low, high) with low < high, got {bounds!r}")
+        return float(bounds[1] - bounds[0])
+    lowest, highest = min(base.min(), new.min()), max(base.max(), new.max())
+    if lowest >= 0.0 and highest <= 1.0:
+        return 1.0
+    return float(highest - lowest)
+
+
 def compare_paired(
     baseline: Mapping[str, float],
     run: Mapping[str, float],
@@ -468,6 +528,7 @@ def compare_paired(
     run_binary_single: bool,
     alpha: float = 0.05,
     max_drop: float = 0.0,
+    bounds: tuple[float, float] | None = None,
 ) -> PairedComparison:
     """Test whether ``run`` is worse than ``baseline`` over the example ids they share.
 
@@ -491,8 +552,15 @@ def compare_paired(
     fail the gate, and so lose power against real regressions.
 
     ``regressed`` is ``p_value < alpha and -diff > max_drop``: significant *and* larger than the
-    drop you tolerate. An improvement (``diff >= 0``) never regresses. ``diff_ci_low/high`` is
-    the two-sided 95% t interval of the mean paired difference for both tests.
+    drop you tolerate. An improvement (``diff >= 0``) never regresses.
+
+    ``diff_ci_low/high`` is a two-sided 95% interval of the mean paired difference within
+    [-w, w], w the length of the rewards' range (``bounds``; else 1 when every example mean
+    lies in [0, 1], else the span of the means seen): for McNemar, Tango's score interval of
+    the difference of paired proportions; for the t-test, its t interval clipped to [-w, w].
+    When every difference is the same the t-test has no spread to use: its p and interval are
+    then the score test's with the largest variance differences in [-w, w] can have
+    (Wilson's interval of the differences rescaled to [0, 1]).
 
     Raises ``ValueError`` when no id is shared, rewards are not finite, a ``*_binary_single``
     side holds values other than 0/1, or ``alpha``/``max_drop`` are out of range.
@@ -520,13 +588,14 @@ def compare_paired(
     solved_to_missed = [str(shared[j]) for j in np.flatnonzero(base_solved & ~new_solved).tolist()]
     missed_to_solved = [str(shared[j]) for j in np.flatnonzero(~base_solved & new_solved).tolist()]
 
+    width = _reward_width(base, new, bounds)
     if baseline_binary_single and run_binary_single:
         test = TEST_MCNEMAR
         p_value = _mcnemar_p(len(solved_to_missed), len(missed_to_solved))
-        _, ci_low, ci_high = _paired_t(new, base)
+        ci_low, ci_high = _tango_interval(len(solved_to_missed), len(missed_to_solved), len(shared))
     else:
         test = TEST_PAIRED_T
-        p_value, ci_low, ci_high = _paired_t(new, base)
+        p_value, ci_low, ci_high = _paired_t(new, base, width)
 
     diff = float(np.mean(new) - np.mean(base))
     if test == TEST_MCNEMAR:
@@ -536,7 +605,9 @@ def compare_paired(
         )
     else:
         spread = float(np.std(new - base, ddof=1)) if len(shared) > 1 else math.nan
-        detectable = power.detectable_drop_t(len(shared), spread, alpha)
+        if len(shared) > 1 and _is_constant(new - base):
+            spread = width  # the spread the test uses when the differences show none
+        detectable = power.detectable_drop_t(len(shared), spread, alpha, width=width)
     return PairedComparison(
         test=test,
         n_shared=len(shared),
