@@ -118,8 +118,24 @@ def test_summary_has_error_rows_and_run_paths_relative_to_the_rootdir(
     assert run_dir.startswith("outputs/evals/alpha--default--test-model/"), alpha_row
     assert (Path(project.pytester.path) / run_dir / "metadata.json").exists()
     [beta_row] = [line for line in summary.splitlines() if line.startswith("beta ")]
-    assert "ERROR" in beta_row.split()
+    assert beta_row.split()[:2] == ["beta", "test-model"] and "ERROR" in beta_row.split()
     result.stdout.fnmatch_lines(["beta: ERROR: *not-installed-env*is not installed*"])
+
+    # With two models, each errored item's row and line name its model.
+    project.server.configure(models={"other-model": {}})
+    both = project.run("--model", "other-model", "-k", "beta")
+    both.assert_outcomes(errors=2)
+    out = both.stdout.str()
+    summary = out[out.index("evaluation summary") :]
+    rows = [line.split() for line in summary.splitlines() if line.startswith("beta ")]
+    table = sorted(row[:2] for row in rows if row[5:6] == ["ERROR"])
+    assert table == [["beta", "other-model"], ["beta", "test-model"]]
+    both.stdout.fnmatch_lines(
+        [
+            "beta (other-model): ERROR: *is not installed*",
+            "beta (test-model): ERROR: *is not installed*",
+        ]
+    )
 
 
 def test_the_start_up_record_crosses_to_workers_and_counts_for_its_item() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from pytest_modal_eval.collect.session import SESSION_KEY
 from pytest_modal_eval.exceptions import EvalProblem
-from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY
+from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, MODEL_PROPERTY
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
@@ -181,6 +181,7 @@ class BenchmarkItem(pytest.Function):
         # First, so that even a setup error is reported as this benchmark's row.
         if (BENCHMARK_PROPERTY, self.benchmark.name) not in self.user_properties:
             self.user_properties.append((BENCHMARK_PROPERTY, self.benchmark.name))
+            self.user_properties.append((MODEL_PROPERTY, self.model or "-"))
         super().setup()
         # Errors here are *errors* (not skips): a gate must never go green by not running.
         self.runner.prepare(self)

@@ -17,6 +17,8 @@ PROPERTY_PREFIX = "modal_eval_"
 #: Set on a benchmark item when its setup starts, so a summary row can name an item that
 #: errored before it had figures.
 BENCHMARK_PROPERTY = f"{PROPERTY_PREFIX}benchmark"
+#: Set with it: the item's model, for the same row.
+MODEL_PROPERTY = f"{PROPERTY_PREFIX}model"
 #: The value of a figure that is undefined (the standard error of one example): what the
 #: summary shows, where metadata.json has null.
 UNDEFINED = "n/a"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.report.format import ci_label, fmt_any, fmt_interval
-from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, PROPERTY_PREFIX
+from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, MODEL_PROPERTY, PROPERTY_PREFIX
 
 
 def error_line(report: pytest.TestReport) -> str:
@@ -24,7 +24,7 @@ class SummaryCollector:
 
     def __init__(self, rootpath: Path | None = None) -> None:
         self.rows: list[dict[str, Any]] = []
-        self.errors: dict[str, tuple[str, str]] = {}  # node id -> (benchmark, first line)
+        self.errors: dict[str, tuple[str, str, str]] = {}  # node id -> (benchmark, model, line)
         self.rootpath = rootpath
 
     @pytest.hookimpl
@@ -37,7 +37,12 @@ class SummaryCollector:
             # Errored before it had figures (setup: no server, no environment; or an aborted
             # run): a row of its own, so it is not missing from the table.
             self.errors.setdefault(
-                report.nodeid, (str(props[BENCHMARK_PROPERTY]), error_line(report))
+                report.nodeid,
+                (
+                    str(props[BENCHMARK_PROPERTY]),
+                    str(props.get(MODEL_PROPERTY, "-")),
+                    error_line(report),
+                ),
             )
         if report.when != "call" or "avg_reward" not in props:
             return
@@ -86,8 +91,8 @@ class SummaryCollector:
                     self._shown(str(row["run_dir"])),
                 )
             )
-        for name, _ in sorted(self.errors.values()):
-            table.append((name, "-", "-", "-", "-", "ERROR", "-", "-"))
+        for name, model, _ in sorted(self.errors.values()):
+            table.append((name, model, "-", "-", "-", "ERROR", "-", "-"))
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         for line in table:
             tr.write_line(
@@ -120,8 +125,10 @@ class SummaryCollector:
             extra += [f"WARNING: {w}" for w in row["warnings"]]
             for text in extra:
                 tr.write_line(f"{row['benchmark']}: {text}")
-        for name, first in sorted(self.errors.values()):
-            tr.write_line(f"{name}: ERROR: {first}")
+        models = {str(r["model"]) for r in self.rows} | {m for _, m, _ in self.errors.values()}
+        for name, model, first in sorted(self.errors.values()):
+            # The model is named when the session evaluated several.
+            tr.write_line(f"{name}{f' ({model})' if len(models) > 1 else ''}: ERROR: {first}")
         costs = [float(r["est_cost_usd"]) for r in self.rows if r.get("est_cost_usd") is not None]
         hours = [float(r["gpu_hours"]) for r in self.rows if r.get("gpu_hours") is not None]
         if hours:
