@@ -81,6 +81,19 @@ def test_local_digest_follows_content_and_is_kept_while_files_are_unchanged(
     # Without a store every run hashes, to the same digest.
     assert local_identity(model, FingerprintStore(None)).key == changed.key
 
+    # A versioned tokenizer file (Mistral's tokenizer.model.v3) is part of the model.
+    (model / "tokenizer.model.v3").write_bytes(b"v3")
+    assert local_identity(model, store).key != changed.key
+
+
+def test_a_field_the_endpoint_did_not_report_is_none_in_the_change_line() -> None:
+    from pytest_modal_eval.runs.identity import describe_change
+
+    old = {"kind": "endpoint", "id": "m", "root": None}
+    new = {"kind": "endpoint", "id": "m", "root": "/models/ckpt-200"}
+    assert describe_change(old, new) == "root none -> /models/ckpt-200"
+    assert describe_change(None, new) == "unchecked -> id m, root /models/ckpt-200"
+
 
 # --- the Hub ----------------------------------------------------------------------------------
 

@@ -33,8 +33,8 @@ HUB_TIMEOUT = 5.0
 
 #: Files of a model directory that decide its answers (what vLLM and transformers read).
 MODEL_FILE_PATTERNS = (
-    "*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.json", "*.model", "*.tiktoken",
-    "*.txt", "*.jinja", "*.py",
+    "*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.json", "*.model", "*.model.v*",
+    "*.tiktoken", "*.txt", "*.jinja", "*.py",
 )  # fmt: skip
 #: Files a training run leaves beside a checkpoint that no server reads.
 TRAINING_FILES = (
@@ -220,9 +220,9 @@ def served_identity(entry: dict[str, Any] | None, problem: str | None) -> ModelI
 def describe_change(old: Any, new: Any) -> str:
     """One phrase for how the weights' identity changed, e.g. ``commit 1a2b3c4 -> 5d6e7f8``."""
     if not isinstance(old, dict) or not isinstance(new, dict):
-        return f"{_short(old)} -> {_short(new)}"
+        return f"{describe_weights(old)} -> {describe_weights(new)}"
     parts = [
-        f"{name} {_short(old.get(name))} -> {_short(new.get(name))}"
+        f"{name} {_field(old.get(name))} -> {_field(new.get(name))}"
         for name in sorted(set(old) | set(new))
         if old.get(name) != new.get(name)
     ]
@@ -234,6 +234,11 @@ def describe_weights(weights: Any) -> str:
     if not isinstance(weights, dict):
         return _short(weights)
     return ", ".join(f"{k} {_short(v)}" for k, v in weights.items() if k != "kind" and v)
+
+
+def _field(value: Any) -> str:
+    """One field of an identity: a field the endpoint or Hub did not report is "none"."""
+    return "none" if value is None else _short(value)
 
 
 def _short(value: Any) -> str:
