@@ -201,3 +201,11 @@ def test_baselines_named_per_item_are_read_until_the_benchmarks_is_recorded(
     result = project.run(*two_models(project))
     assert set(compared_items(project)) == {"alpha--test-model", "alpha--model-b"}
     assert "no longer read" not in result.stdout.str()
+
+
+def test_a_value_that_rounds_to_its_threshold_is_shown_unrounded() -> None:
+    """ "mean reward 0.667 < gate.min_avg_reward 0.667" says nothing; the full value does."""
+    from pytest_modal_eval.judge.gate import _unrounded
+
+    assert _unrounded(2 / 3, 0.667) == " (unrounded: 0.6666666666666666)"
+    assert _unrounded(0.5, 0.667) == ""

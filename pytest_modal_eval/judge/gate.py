@@ -38,6 +38,11 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
 
 
+def _unrounded(value: float, threshold: float) -> str:
+    """The value in full when, rounded, it reads as the threshold it is below."""
+    return f" (unrounded: {value!r})" if fmt(value) == fmt(threshold) else ""
+
+
 def undetectable_warning(c: PairedComparison, field: str) -> str | None:
     """A warning when the tolerated drop ``field`` is below what the test can detect: a drop
     between the two would pass unnoticed, so a green gate says less than it seems to."""
@@ -91,7 +96,7 @@ def judge(
         if gate.min_avg_reward is not None and summary.mean < gate.min_avg_reward:
             verdict.reasons.append(
                 f"mean reward {describe_score(outcome)} < gate.min_avg_reward "
-                f"{gate.min_avg_reward:g}"
+                f"{gate.min_avg_reward:g}{_unrounded(summary.mean, gate.min_avg_reward)}"
             )
         metrics = {**outcome.metric_means, **{p.name: p.mean for p in outcome.pass_at_k}}
         for metric, threshold in sorted(gate.min_metrics.items()):
@@ -105,6 +110,7 @@ def judge(
             elif value < threshold:
                 verdict.reasons.append(
                     f"metric {metric} = {fmt(value)} < gate.min_metrics.{metric} {threshold:g}"
+                    f"{_unrounded(value, threshold)}"
                 )
     rollouts_total = (summary.n_examples * outcome.rollouts) if summary else 0
     if rollouts_total and outcome.truncated_rollouts / rollouts_total > TRUNCATION_WARN_SHARE:
