@@ -24,12 +24,26 @@ def test_livecodebench_starts_no_sandboxes_ahead() -> None:
     assert load_benchmark(REPO / "evals" / "livecodebench.yaml").config.eval.prefetch == 0
 
 
-def test_credentials_in_the_base_url_are_refused_at_start(project: BenchmarkProject) -> None:
+@pytest.mark.parametrize(
+    ("secret_at", "message"),
+    [
+        ("credentials", "*--base-url must not contain credentials*--api-key-env*"),
+        ("query", "*--base-url must not have a query string or fragment*--api-key-env*"),
+    ],
+)
+def test_credentials_in_the_base_url_are_refused_at_start(
+    project: BenchmarkProject, secret_at: str, message: str
+) -> None:
     project.add("alpha", n=2)
-    url = project.server.base_url.replace("http://", "http://user:hunter2@")
+    base = project.server.base_url
+    url = (
+        base.replace("http://", "http://user:hunter2@")
+        if secret_at == "credentials"
+        else f"{base}?api_key=hunter2"
+    )
     result = project.pytester.runpytest("--model", "test-model", "--base-url", url)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--base-url must not contain credentials*--api-key-env*"])
+    result.stderr.fnmatch_lines([message])
     assert "hunter2" not in result.stdout.str() + result.stderr.str()
     assert not (project.pytester.path / "outputs").exists()
 

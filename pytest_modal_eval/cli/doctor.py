@@ -19,7 +19,7 @@ import click
 from pytest_modal_eval.cli.benchmarks import find_benchmark_files
 from pytest_modal_eval.cli.common import echo_json, json_option, output_dir_option
 from pytest_modal_eval.cli.project import Project
-from pytest_modal_eval.config.options import base_url_credentials_problem
+from pytest_modal_eval.config.options import base_url_problem
 
 OK, FAIL, SKIP, WARN = "ok", "FAIL", "skipped", "warn"
 
@@ -346,7 +346,7 @@ def doctor(
 
     Checks that need the network say so when they could not be made (`??`).
     """
-    if base_url and (problem := base_url_credentials_problem(base_url)):
+    if base_url and (problem := base_url_problem(base_url)):
         raise click.UsageError(problem)
     project = Project.find()
     environ = os.environ

@@ -160,17 +160,26 @@ class Settings:
         return self.models[0] if self.models else None
 
 
-def base_url_credentials_problem(base_url: str) -> str | None:
-    """Why ``--base-url`` is refused when it holds credentials (``user:password@host``), or
-    None; the message does not repeat the URL."""
-    if "@" not in (urlsplit(base_url).netloc or ""):
-        return None
-    return (
-        "--base-url must not contain credentials (user:password@host): they would be sent "
-        "with every request and could end up in run records. Put the API key in the "
-        "environment variable --api-key-env names (default OPENAI_API_KEY); it is sent as "
-        "'Authorization: Bearer ...'."
+def base_url_problem(base_url: str) -> str | None:
+    """Why ``--base-url`` is refused (credentials in it, or a query string), or None; the
+    message does not repeat the URL, which may hold a secret."""
+    parts = urlsplit(base_url)
+    key_hint = (
+        "Put the API key in the environment variable --api-key-env names (default "
+        "OPENAI_API_KEY); it is sent as 'Authorization: Bearer ...'."
     )
+    if "@" in (parts.netloc or ""):
+        return (
+            "--base-url must not contain credentials (user:password@host): they would be sent "
+            f"with every request and could end up in run records. {key_hint}"
+        )
+    if parts.query or parts.fragment:
+        return (
+            "--base-url must not have a query string or fragment (?... or #...): clients add "
+            "the API path (/models, /chat/completions) after the base URL, so it would not "
+            f"reach the server as meant, and a key in it could end up in run records. {key_hint}"
+        )
+    return None
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
@@ -190,7 +199,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         )
     if backend == "endpoint" and not base_url:
         raise pytest.UsageError("--backend endpoint needs --base-url URL")
-    if base_url and (problem := base_url_credentials_problem(base_url)):
+    if base_url and (problem := base_url_problem(base_url)):
         raise pytest.UsageError(problem)
     if base_url and backend != "endpoint":
         raise pytest.UsageError(f"--base-url cannot be combined with --backend {backend}")
