@@ -4,17 +4,15 @@ against the real test server on 127.0.0.1 (these run when verifiers 0.4 is insta
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pytest_modal_eval.client.verifiers_adapter import api_for, installed_api
 from pytest_modal_eval.exceptions import EnvironmentLoadError
-from pytest_modal_eval.serving.endpoint import Endpoint
 from tests.conftest import FakeServer, classic_only
+from tests.support.v1_runs import run_v1
 
 v1_only = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
 
@@ -130,19 +128,12 @@ def test_v1_rollouts_are_seeded_and_scored(tmp_path: Path, fake_server: FakeServ
     write_qa(tmp_path / "qa.jsonl", 4)
     fake_server.configure(delay=0.05, right_when_seed_even=True)
     env = verifiers_v1.load_environment("file-qa", {"path": "qa.jsonl"}, tmp_path)
-    finished: dict[int, list[dict[str, Any]]] = {}
-    asyncio.run(
-        verifiers_v1.run_examples(
-            env,
-            verifiers_v1.dataset_rows(env, None),
-            endpoint=Endpoint(fake_server.base_url, "test-model"),
-            sampling_args={"temperature": 0.7, "seed": 10},
-            rollouts=3,
-            max_concurrent_requests=2,
-            request_timeout=30,
-            max_retries=0,
-            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
-        )
+    finished = run_v1(
+        env,
+        fake_server.base_url,
+        sampling_args={"temperature": 0.7, "seed": 10},
+        rollouts=3,
+        max_concurrent_requests=2,
     )
     stats = fake_server.stats()
     assert sorted(finished) == [0, 1, 2, 3]
@@ -165,20 +156,7 @@ def test_v1_unreachable_endpoint_is_a_recorded_provider_error(tmp_path: Path) ->
 
     write_qa(tmp_path / "qa.jsonl", 1)
     env = verifiers_v1.load_environment("file-qa", {"path": "qa.jsonl"}, tmp_path)
-    finished: dict[int, list[dict[str, Any]]] = {}
-    asyncio.run(
-        verifiers_v1.run_examples(
-            env,
-            verifiers_v1.dataset_rows(env, None),
-            endpoint=Endpoint("http://127.0.0.1:9/v1", "test-model"),
-            sampling_args={},
-            rollouts=1,
-            max_concurrent_requests=1,
-            request_timeout=5,
-            max_retries=0,
-            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
-        )
-    )
+    finished = run_v1(env, "http://127.0.0.1:9/v1", request_timeout=5)
     (output,) = finished[0]
     assert output["error"]["error"] == "ProviderError"
     assert output["reward"] == 0.0
@@ -228,20 +206,7 @@ def test_v1_a_few_shot_prompt_is_recorded_as_the_prompt(
     (tmp_path / "few_shot.py").write_text(FEW_SHOT)
     monkeypatch.syspath_prepend(str(tmp_path))
     env = verifiers_v1.load_environment("few-shot", {}, tmp_path)
-    finished: dict[int, list[dict[str, Any]]] = {}
-    asyncio.run(
-        verifiers_v1.run_examples(
-            env,
-            verifiers_v1.dataset_rows(env, None),
-            endpoint=Endpoint(fake_server.base_url, "test-model"),
-            sampling_args={},
-            rollouts=1,
-            max_concurrent_requests=1,
-            request_timeout=30,
-            max_retries=0,
-            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
-        )
-    )
+    finished = run_v1(env, fake_server.base_url)
     [output] = finished[0]
     assert output["error"] is None
     assert [(m["role"], m["content"]) for m in output["prompt"]] == [

@@ -28,6 +28,7 @@ from tests.conftest import (
     start_fake_server,
 )
 from tests.support.openai_server import DEFAULT_SETTINGS
+from tests.support.v1_runs import run_v1
 
 pytestmark = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
 
@@ -298,10 +299,7 @@ def test_a_judge_built_by_task_code_uses_the_plugins_client(
     """A judge the task's reward code builds itself goes through the plugin's client (retried
     after a failed first request) when its config names an endpoint, and errors its rollout,
     never reaching verifiers' default endpoint, when it does not."""
-    import asyncio
-
     from pytest_modal_eval.client import verifiers_v1
-    from pytest_modal_eval.serving.endpoint import Endpoint
 
     (tmp_path / "code_judged.py").write_text(f"ROWS = {ROWS!r}\n" + CODE_JUDGED)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -309,21 +307,8 @@ def test_a_judge_built_by_task_code_uses_the_plugins_client(
 
     def run(judge_url: str) -> dict[int, dict[str, Any]]:
         env = verifiers_v1.load_environment("code-judged", {"judge_url": judge_url}, tmp_path)
-        finished: dict[int, dict[str, Any]] = {}
-        asyncio.run(
-            verifiers_v1.run_examples(
-                env,
-                verifiers_v1.dataset_rows(env, None),
-                endpoint=Endpoint(fake_server.base_url, "test-model"),
-                sampling_args={},
-                rollouts=1,
-                max_concurrent_requests=2,
-                request_timeout=30,
-                max_retries=1,
-                on_example=lambda i, outputs: finished.__setitem__(i, outputs[0]),
-            )
-        )
-        return finished
+        outputs = run_v1(env, fake_server.base_url, max_concurrent_requests=2, max_retries=1)
+        return {i: rollouts[0] for i, rollouts in outputs.items()}
 
     judged = run(judge_server.base_url)
     assert {i: (r["reward"], r["error"]) for i, r in judged.items()} == {

@@ -8,7 +8,6 @@ the model (``call_tools``). These run when verifiers 0.4 is installed:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -23,9 +22,9 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.client.verifiers_adapter import installed_api
-from pytest_modal_eval.serving.endpoint import Endpoint
 from tests.conftest import BenchmarkProject, FakeServer, read_jsonl
 from tests.support.openai_server import FakeModel
+from tests.support.v1_runs import run_v1
 
 pytestmark = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
 
@@ -46,19 +45,13 @@ def run_lookup(
 
     write_table(tmp_path / "kv.jsonl", n)
     env = verifiers_v1.load_environment("lookup-qa", {"path": "kv.jsonl"}, tmp_path)
-    finished: dict[int, list[dict[str, Any]]] = {}
-    asyncio.run(
-        verifiers_v1.run_examples(
-            env,
-            verifiers_v1.dataset_rows(env, None),
-            endpoint=Endpoint(server.base_url, model),
-            sampling_args={"seed": 3},
-            rollouts=rollouts,
-            max_concurrent_requests=4,
-            request_timeout=30,
-            max_retries=0,
-            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
-        )
+    finished = run_v1(
+        env,
+        server.base_url,
+        model=model,
+        sampling_args={"seed": 3},
+        rollouts=rollouts,
+        max_concurrent_requests=4,
     )
     return finished
 
@@ -478,20 +471,7 @@ def test_a_tasks_own_tool_server_is_started_per_rollout(
     monkeypatch.setenv("PYTHONPATH", "/nonexistent-entry")
     fake_server.configure(call_tools=True)
     env = verifiers_v1.load_environment("secret-tools", {}, tmp_path)
-    finished: dict[int, list[dict[str, Any]]] = {}
-    asyncio.run(
-        verifiers_v1.run_examples(
-            env,
-            verifiers_v1.dataset_rows(env, None),
-            endpoint=Endpoint(fake_server.base_url, "test-model"),
-            sampling_args={},
-            rollouts=1,
-            max_concurrent_requests=2,
-            request_timeout=30,
-            max_retries=0,
-            on_example=lambda i, outputs: finished.__setitem__(i, outputs),
-        )
-    )
+    finished = run_v1(env, fake_server.base_url, max_concurrent_requests=2)
     for example_id in (0, 1):
         (output,) = finished[example_id]
         assert output["error"] is None, output["error"]
