@@ -207,6 +207,11 @@ def load(tmp_path: Path, judge: dict[str, Any]) -> Any:
             r"'file-qa': judge 'grader' names no model in .* set env_args.task.judges\[0\].model ",
         ),
         (
+            {"id": "reference", "base_url": "http://127.0.0.1:9/v1?api_key=s3cret", "model": "m"},
+            r"judge 'reference': env_args.task.judges\[0\].base_url has a query string or "
+            r"fragment; .* env_args.task.judges\[0\].api_key_var$",
+        ),
+        (
             {"id": "reference", "base_url": "http://u:pw@127.0.0.1:9/v1", "model": "m"},
             r"judge 'reference': env_args.task.judges\[0\].base_url holds credentials; .* "
             r"env_args.task.judges\[0\].api_key_var",
@@ -222,7 +227,7 @@ def load(tmp_path: Path, judge: dict[str, Any]) -> Any:
             r"the benchmark file; .* env_args.task.judges\[0\].headers_from_env",
         ),
     ],
-    ids=["no-endpoint", "no-model", "url-credentials", "header-credentials"],
+    ids=["no-endpoint", "no-model", "url-query", "url-credentials", "header-credentials"],
 )
 def test_a_judge_without_its_own_endpoint_is_refused(
     tmp_path: Path, judge: dict[str, Any], message: str
@@ -369,17 +374,24 @@ def test_a_judge_that_cannot_answer_fails_the_benchmark_before_its_run(
     assert not list(project.run_dirs("judged"))
 
 
-def test_a_judge_endpoint_without_a_model_list_is_not_refused(judge_server: FakeServer) -> None:
-    """Some OpenAI-compatible gateways answer 404 on ``/models``: nothing to check there."""
+def test_a_404_on_models_is_refused_only_without_an_api_path(judge_server: FakeServer) -> None:
+    """Below a versioned API path, a 404 on ``/models`` is a gateway that lists no models:
+    nothing to check. Without one, the base_url most likely lacks its ``/v1``."""
     import verifiers.v1 as vf
 
     from pytest_modal_eval.client.verifiers_v1_judges import check_judge_endpoints
+    from pytest_modal_eval.exceptions import EndpointError
 
-    root = judge_server.base_url.removesuffix("/v1")  # the server lists models under /v1 only
-    config = vf.ReferenceJudgeConfig(base_url=root, model="m", api_key_var="JUDGE_API_KEY")
-    check_judge_endpoints([config])
-    listed = vf.ReferenceJudgeConfig(
-        base_url=judge_server.base_url, model="m", api_key_var="JUDGE_API_KEY"
+    def judge(base_url: str) -> vf.JudgeConfig:
+        return vf.ReferenceJudgeConfig(base_url=base_url, model="m", api_key_var="JUDGE_API_KEY")
+
+    root = judge_server.base_url.removesuffix("/v1")  # the server answers under /v1 only
+    check_judge_endpoints([judge(f"{root}/v2")], timeout=10)
+    with pytest.raises(EndpointError) as unversioned:
+        check_judge_endpoints([judge(root)], timeout=10)
+    assert str(unversioned.value) == (
+        f"judge 'reference' (env_args.task.judges[0]) at {root}: the endpoint answered 404 on "
+        "/models; is the API path (usually /v1) missing from env_args.task.judges[0].base_url?"
     )
-    with pytest.raises(Exception, match="does not serve model 'm'"):
-        check_judge_endpoints([listed])
+    with pytest.raises(EndpointError, match="does not serve model 'm'"):
+        check_judge_endpoints([judge(judge_server.base_url)], timeout=10)

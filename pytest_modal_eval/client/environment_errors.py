@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import site
 import sysconfig
 import traceback
 from pathlib import Path
@@ -24,15 +25,34 @@ def _package_dir(name: str) -> Path | None:
     return Path(spec.origin).parent if spec is not None and spec.origin else None
 
 
-#: Code that is not the environment's: the standard library, verifiers, this plugin.
-_NOT_THE_ENVIRONMENTS = tuple(
-    str(Path(p).resolve()) + os.sep
-    for p in (
-        sysconfig.get_paths()["stdlib"],
-        _package_dir("verifiers"),
-        Path(pytest_modal_eval.__file__).parent,
-    )
-    if p is not None
+def _as_prefix(path: str | Path) -> str:
+    return str(Path(path).resolve()) + os.sep
+
+
+def interpreter_dirs() -> tuple[str, ...]:
+    """The interpreter's own code: its standard library and site-packages directories (each
+    ending in a separator). A process of the same interpreter searches them anyway."""
+    paths = sysconfig.get_paths()
+    found = {paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    found.update(site.getsitepackages())
+    found.add(site.getusersitepackages())
+    return tuple(sorted(_as_prefix(p) for p in found))
+
+
+def under(path: Path, prefixes: tuple[str, ...]) -> bool:
+    """Whether ``path`` (resolved) is one of the ``prefixes`` or lies under one."""
+    return (str(path) + os.sep).startswith(prefixes)
+
+
+#: Code that is never the environment's: the interpreter's (the standard library and installed
+#: packages, an environment's own package excepted), verifiers, this plugin.
+_NOT_THE_ENVIRONMENTS = (
+    *interpreter_dirs(),
+    *(
+        _as_prefix(p)
+        for p in (_package_dir("verifiers"), Path(pytest_modal_eval.__file__).parent)
+        if p is not None
+    ),
 )
 
 
@@ -52,8 +72,9 @@ def _module_root(module: str | None) -> str | None:
 
 def environment_frame(exc: BaseException, module: str | None = None) -> str | None:
     """``path:line`` where the environment's code raised ``exc``: the innermost frame in the
-    environment module's own files, else the innermost outside the standard library, verifiers
-    and this plugin (relative to the working directory when inside it); None if there is none."""
+    environment module's own files (installed or not), else the innermost in files that are
+    not the interpreter's, verifiers' or this plugin's (a project's own modules); relative to
+    the working directory when inside it. None if there is neither."""
     root = _module_root(module)
     own: str | None = None
     other: str | None = None
@@ -61,15 +82,17 @@ def environment_frame(exc: BaseException, module: str | None = None) -> str | No
         if frame.filename.startswith("<"):  # <frozen importlib...>, <string>
             continue
         path = Path(frame.filename).resolve()
-        if str(path).startswith(_NOT_THE_ENVIRONMENTS):
+        mine = root is not None and str(path).startswith(root)
+        if not mine and under(path, _NOT_THE_ENVIRONMENTS):
             continue
         try:
             shown = f"{path.relative_to(Path.cwd())}:{frame.lineno}"
         except ValueError:
             shown = f"{path}:{frame.lineno}"
-        other = shown
-        if root is not None and str(path).startswith(root):
+        if mine:
             own = shown
+        else:
+            other = shown
     return own or other
 
 

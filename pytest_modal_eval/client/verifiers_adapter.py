@@ -69,10 +69,10 @@ class VerifiersAPI(Protocol):
     def dataset_rows(self, env: Any, num_examples: int | None) -> EvalRowsLike:
         """The evaluation rows, ``example_id`` ascending from 0 as the dataset orders them."""
 
-    def check_judge_endpoints(self, env: Any) -> None:
+    def check_judge_endpoints(self, env: Any, timeout: float) -> None:
         """Raise :class:`~pytest_modal_eval.exceptions.EndpointError` when a judge model the
-        environment's benchmark configures cannot answer (v1 ``task.judges``); a classic
-        environment's judge clients are its own."""
+        environment's benchmark configures cannot answer within ``timeout`` seconds (v1
+        ``task.judges``); a classic environment's judge clients are its own."""
 
     async def run_examples(
         self,
@@ -158,8 +158,8 @@ def dataset_rows(env: Any, num_examples: int | None) -> EvalRowsLike:
     return implementation().dataset_rows(env, num_examples)
 
 
-def check_judge_endpoints(env: Any) -> None:
-    implementation().check_judge_endpoints(env)
+def check_judge_endpoints(env: Any, timeout: float) -> None:
+    implementation().check_judge_endpoints(env, timeout)
 
 
 async def run_examples(env: Any, rows: Iterable[dict[str, Any]], **options: Any) -> None:

@@ -198,7 +198,7 @@ ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
 #: and the seconds its requests waited for a free request slot (``eval.prefetch``).
 
 
-def check_judge_endpoints(env: Any) -> None:
+def check_judge_endpoints(env: Any, timeout: float) -> None:
     """Nothing to check: a classic environment builds its judge clients itself."""
 
 

@@ -58,7 +58,7 @@ from verifiers.v1.utils.loaders import environment_class, load_taskset, taskset_
 from pytest_modal_eval.client import verifiers_v1_judges
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
 from pytest_modal_eval.client.direct_client import DirectOpenAI, open_direct_client, slot_waits
-from pytest_modal_eval.client.environment_errors import load_failure
+from pytest_modal_eval.client.environment_errors import interpreter_dirs, load_failure, under
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
 from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID
 from pytest_modal_eval.client.verifiers_v1_judges import check_judges, plugin_judge_clients
@@ -184,9 +184,11 @@ def judges(taskset: vf.Taskset[Any, Any]) -> list[vf.JudgeConfig]:
     return list(getattr(taskset.config.task, "judges", None) or [])
 
 
-def check_judge_endpoints(env: V1Environment) -> None:
+def check_judge_endpoints(env: V1Environment, timeout: float) -> None:
     """See :func:`~pytest_modal_eval.client.verifiers_v1_judges.check_judge_endpoints`."""
-    verifiers_v1_judges.check_judge_endpoints(judges(env.taskset))
+    found = judges(env.taskset)
+    if found:
+        verifiers_v1_judges.check_judge_endpoints(found, timeout)
 
 
 def _config_problem(env_id: str, exc: ValidationError, config_type: type[Any]) -> str:
@@ -567,23 +569,24 @@ async def run_examples(
 
 
 def _import_roots(classes: Iterable[type]) -> list[str]:
-    """The ``sys.path`` directories the classes' top-level packages were imported from, but
-    the interpreter's own (a process of the same interpreter searches those anyway)."""
+    """The ``sys.path`` entries the classes' top-level packages were imported from, but the
+    interpreter's own (a process of the same interpreter searches those anyway)."""
+    interpreter = interpreter_dirs()
     roots: list[str] = []
     for cls in classes:
         top = sys.modules.get(cls.__module__.split(".", 1)[0])
         origin = getattr(top, "__file__", None)
         if origin is None:
             continue
-        path = Path(origin).resolve().parent
-        root = path.parent if Path(origin).name == "__init__.py" else path
-        installed = root.is_relative_to(sys.prefix) or root.is_relative_to(sys.base_prefix)
-        if (
-            not installed
-            and str(root) not in roots
-            and any(entry and Path(entry).resolve() == root for entry in sys.path)
-        ):
-            roots.append(str(root))
+        # As imported (not resolved): a symlinked module's directory is the one on sys.path.
+        where = Path(os.path.abspath(origin)).parent
+        root = where.parent if Path(origin).name == "__init__.py" else where
+        for entry in sys.path:
+            if not entry or Path(os.path.abspath(entry)) != root:
+                continue
+            if not under(root.resolve(), interpreter) and entry not in roots:
+                roots.append(entry if os.path.isabs(entry) else str(root))
+            break
     return roots
 
 

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import contextvars
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,13 @@ def check_judges(
             raise EnvironmentLoadError(
                 f"environment {env_id!r}: judge {name!r}: {where}.base_url "
                 f"{config.base_url!r} is not an http(s) URL"
+            )
+        if url.query or url.fragment:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r}: judge {name!r}: {where}.base_url has a query string "
+                "or fragment; clients add the API path after the base URL, so it would not "
+                f"reach the server as meant: give the endpoint only (e.g. https://host/v1) and "
+                f"put a key in an environment variable named by {where}.api_key_var"
             )
         if url.username or url.password:
             raise EnvironmentLoadError(
@@ -149,25 +157,31 @@ def judge_client(config: vf.JudgeConfig, request_timeout: float, max_retries: in
     return client
 
 
-def check_judge_endpoints(judges: Sequence[vf.JudgeConfig], timeout: float = 15.0) -> None:
-    """GET ``/models`` from each plugged judge's endpoint, through the client its calls use;
-    raise :class:`EndpointError` naming the judge, its field and the fix when one is
-    unreachable, refuses its key, or lists models without the judge's. An endpoint that lists
-    no models (HTTP 404) is not checked further."""
+def check_judge_endpoints(judges: Sequence[vf.JudgeConfig], timeout: float) -> None:
+    """GET ``/models`` from each plugged judge's endpoint (all at once), through the client its
+    calls use, waiting up to ``timeout`` for an answer (a scaled-to-zero endpoint may take that
+    long to start); raise :class:`EndpointError` naming the judge, its field and the fix when
+    one is unreachable, refuses its key, or lists models without the judge's. A 404 on
+    ``/models`` below a versioned API path (``.../v1``) is an endpoint that lists no models,
+    and is not checked further; elsewhere it is a base_url without its API path."""
     problems = asyncio.run(_judge_problems(judges, timeout))
     if problems:
         raise EndpointError("; ".join(problems))
 
 
 async def _judge_problems(judges: Sequence[vf.JudgeConfig], timeout: float) -> list[str]:
-    problems = []
-    for index, config in enumerate(judges):
-        where = f"env_args.task.judges[{index}]"
-        problem = await _judge_problem(config, where, timeout)
-        if problem is not None:
-            name = judge_name(config)
-            problems.append(f"judge {name!r} ({where}) at {config.base_url}: {problem}")
-    return problems
+    wheres = [f"env_args.task.judges[{index}]" for index in range(len(judges))]
+    asked = zip(judges, wheres, strict=True)
+    found = await asyncio.gather(*(_judge_problem(c, where, timeout) for c, where in asked))
+    return [
+        f"judge {judge_name(config)!r} ({where}) at {config.base_url}: {problem}"
+        for config, where, problem in zip(judges, wheres, found, strict=True)
+        if problem is not None
+    ]
+
+
+#: The last segment of an OpenAI-compatible API path: v1, v2beta, ...
+_VERSIONED = re.compile(r"/v\d+[a-z0-9]*/?$")
 
 
 async def _judge_problem(config: vf.JudgeConfig, where: str, timeout: float) -> str | None:
@@ -177,7 +191,12 @@ async def _judge_problem(config: vf.JudgeConfig, where: str, timeout: float) -> 
     except JudgeCallError as exc:
         cause = exc.__cause__
         if isinstance(cause, openai.NotFoundError):
-            return None
+            if _VERSIONED.search(urlsplit(config.base_url).path):
+                return None
+            return (
+                "the endpoint answered 404 on /models; is the API path (usually /v1) missing "
+                f"from {where}.base_url?"
+            )
         if isinstance(cause, openai.AuthenticationError | openai.PermissionDeniedError):
             variable = config.api_key_var
             state = "is set" if os.environ.get(variable) else "is not set"

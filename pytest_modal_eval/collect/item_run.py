@@ -114,7 +114,7 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
     try:
         # Before the model's server is asked for: a judge that cannot answer would error every
         # example while that server waits (on Modal, on a paid GPU).
-        verifiers_adapter.check_judge_endpoints(run.env)
+        verifiers_adapter.check_judge_endpoints(run.env, config.eval.request_timeout)
     except EndpointError as exc:
         raise EvalProblem(f"{item.path}: {exc}") from None
     request = pin_revision(request, identity)
