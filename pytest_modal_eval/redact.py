@@ -25,12 +25,13 @@ REDACTED = "[redacted]"
 
 #: Key names (in JSON and environment variables) whose values are secrets: ``api_key``,
 #: ``api_keys``, ``HF_TOKEN``, ``client_secret``, ``secrets``, ``AWS_SECRET_ACCESS_KEY``,
-#: ``session_cookie``, ``bearer``, ``GITHUB_PAT``; not ``max_tokens``, ``special_tokens`` (plural
-#: ``tokens`` is a count or a vocabulary unless it is ``api_tokens``, ``access_tokens``, ...),
-#: ``token_usage``, ``api_key_var`` (the name of a variable), ``path`` or ``pattern``.
+#: ``session_cookie``, ``bearer``, ``GITHUB_PAT`` (camelCase too: ``accessToken``); not
+#: ``max_tokens``, ``special_tokens`` (plural ``tokens`` is a count or a vocabulary unless it
+#: is ``api_tokens``, ``access_tokens``, ...), ``token_usage``, ``api_key_var`` (the name of a
+#: variable), ``path`` or ``pattern``.
 SECRET_NAME = re.compile(
     r"(?:^|[_.-])(?:(?:(?:api|access|private|secret)[_-]?key|secret|password|passwd"
-    r"|credential|cookie|pat)s?|token|(?:api|access|auth|bearer|refresh|session)[_-]?tokens"
+    r"|passphrase|credential|cookie|pat)s?|token|(?:api|access|auth|bearer|refresh|session)[_-]?tokens"
     r"|authorization|auth|bearer)$",
     re.IGNORECASE,
 )
@@ -40,8 +41,12 @@ URL_USERINFO = re.compile(r"(?<=://)([^/@\s\"']+)@")
 MIN_SECRET_LENGTH = 8
 
 
+#: A camelCase word boundary (``authToken``, ``openaiApiKey``): read as ``_``.
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
 def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
+    return bool(SECRET_NAME.search(_CAMEL.sub("_", name)))
 
 
 class Redactor:
