@@ -15,6 +15,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
+from pytest_modal_eval.report.format import describe_detectable
 from pytest_modal_eval.stats.summary import (
     TEST_MCNEMAR,
     TEST_PAIRED_T,
@@ -419,6 +420,20 @@ def test_equal_drops_of_a_tenth_regress_at_100_examples_not_at_10() -> None:
         assert c.detectable_drop == pytest.approx(0.05 ** (-1 / c.n_shared) - 1)
         assert (1 / (1 + c.detectable_drop)) ** c.n_shared == pytest.approx(0.05)
     assert hundred.detectable_drop < 0.1 < ten.detectable_drop
+
+
+def test_runs_of_one_equal_score_outside_0_1_get_a_range_to_compare_within() -> None:
+    same = {str(i): 3.0 for i in range(20)}
+    cmp = compare_paired(same, same, baseline_binary_single=False, run_binary_single=False)
+    assert cmp.p_value == 1.0 and not cmp.regressed
+    unseen = float(sps.beta.ppf(0.975, 1, 20))
+    # The range's length is taken as the scores' magnitude, 3: never 0.
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-3 * unseen, 3 * unseen))
+    assert cmp.detectable_drop == pytest.approx(3 * (0.05 ** (-1 / 20) - 1))
+    assert "no drop within the reward range" not in describe_detectable(cmp)
+    negative = {str(i): -0.5 for i in range(20)}
+    cmp = compare_paired(negative, negative, baseline_binary_single=False, run_binary_single=False)
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-unseen, unseen))
 
 
 @pytest.mark.parametrize("bounds", [None, (0.0, 1.0), (0.0, 10.0)])

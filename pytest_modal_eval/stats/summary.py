@@ -440,9 +440,6 @@ def _paired_t(run: FloatArray, base: FloatArray, width: float) -> tuple[float, f
     if n == 1:
         return math.nan, math.nan, math.nan
     if _is_constant(diffs):
-        if width <= 0.0:  # every reward seen is the same: nothing can differ
-            shift = float(np.mean(diffs))
-            return 1.0, shift, shift
         return _uniform_shift(float(np.mean(diffs)), n, width)
     # The paired t statistic's lower tail is the one-sided p; the interval is two-sided.
     df = n - 1
@@ -513,7 +510,8 @@ def _t_quantile(confidence: float, df: int) -> float:
 
 def _reward_width(base: FloatArray, new: FloatArray, bounds: tuple[float, float] | None) -> float:
     """The length of the rewards' range: ``bounds`` when given; 1 when every example mean of
-    both sides lies within [0, 1]; else the span of the example means seen."""
+    both sides lies within [0, 1]; else the span of the example means seen, or, when they are
+    all the same value, the larger of 1 and its magnitude. Always more than 0."""
     if bounds is not None:
         if not bounds[0] < bounds[1]:
             raise ValueError(f"bounds must be (low, high) with low < high, got {bounds!r}")
@@ -521,7 +519,9 @@ def _reward_width(base: FloatArray, new: FloatArray, bounds: tuple[float, float]
     lowest, highest = min(base.min(), new.min()), max(base.max(), new.max())
     if lowest >= 0.0 and highest <= 1.0:
         return 1.0
-    return float(highest - lowest)
+    if highest > lowest:
+        return float(highest - lowest)
+    return max(1.0, float(abs(lowest)))
 
 
 def compare_paired(
@@ -560,7 +560,8 @@ def compare_paired(
 
     ``diff_ci_low/high`` is a two-sided 95% interval of the mean paired difference within
     [-w, w], w the length of the rewards' range (``bounds``; else 1 when every example mean
-    lies in [0, 1], else the span of the means seen): for McNemar, Tango's score interval of
+    lies in [0, 1], else the span of the means seen, or the larger of 1 and their magnitude
+    when they are all one value): for McNemar, Tango's score interval of
     the difference of paired proportions; for the t-test, its t interval clipped to [-w, w].
     When every difference is the same value d the t-test has no spread to use; then (exact
     binomial) p = (1 - pi0)^n when d < 0, pi0 = -d / (w - d) being the smallest share of
