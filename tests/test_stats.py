@@ -453,6 +453,19 @@ def test_paired_t_interval_stays_within_the_range_of_differences(
     assert math.isnan(cmp.detectable_drop) or cmp.detectable_drop <= scale
 
 
+def test_compare_rewards_outside_the_bounds_given_are_an_error() -> None:
+    base = {str(i): 3.0 for i in range(5)}
+    run = {str(i): 0.0 for i in range(5)}
+    with pytest.raises(ValueError, match="outside bounds"):
+        compare_paired(
+            base, run, baseline_binary_single=False, run_binary_single=False, bounds=(0.0, 1.0)
+        )
+    with pytest.raises(ValueError, match="bounds"):
+        compare_paired(
+            base, run, baseline_binary_single=False, run_binary_single=False, bounds=(1.0, 0.0)
+        )
+
+
 def test_single_shared_example_is_undefined_and_not_a_regression() -> None:
     cmp = compare_paired(
         {"1": 0.9, "2": 0.1}, {"1": 0.2}, baseline_binary_single=False, run_binary_single=False

@@ -512,11 +512,13 @@ def _reward_width(base: FloatArray, new: FloatArray, bounds: tuple[float, float]
     """The length of the rewards' range: ``bounds`` when given; 1 when every example mean of
     both sides lies within [0, 1]; else the span of the example means seen, or, when they are
     all the same value, the larger of 1 and its magnitude. Always more than 0."""
+    lowest, highest = min(base.min(), new.min()), max(base.max(), new.max())
     if bounds is not None:
         if not bounds[0] < bounds[1]:
             raise ValueError(f"bounds must be (low, high) with low < high, got {bounds!r}")
+        if lowest < bounds[0] or highest > bounds[1]:
+            raise ValueError(f"rewards [{lowest}, {highest}] lie outside bounds {bounds!r}")
         return float(bounds[1] - bounds[0])
-    lowest, highest = min(base.min(), new.min()), max(base.max(), new.max())
     if lowest >= 0.0 and highest <= 1.0:
         return 1.0
     if highest > lowest:
@@ -569,8 +571,9 @@ def compare_paired(
     when d >= 0; the interval is [d - pi (d + w), d + pi (w - d)], pi = 1 - (0.025)^(1/n) the
     Clopper-Pearson upper end of the share of examples that differ, for 0 of n seen.
 
-    Raises ``ValueError`` when no id is shared, rewards are not finite, a ``*_binary_single``
-    side holds values other than 0/1, or ``alpha``/``max_drop`` are out of range.
+    Raises ``ValueError`` when no id is shared, rewards are not finite or lie outside
+    ``bounds``, a ``*_binary_single`` side holds values other than 0/1, or
+    ``alpha``/``max_drop`` are out of range.
     """
     _check_probability("alpha", alpha)
     if not (math.isfinite(max_drop) and max_drop >= 0.0):
