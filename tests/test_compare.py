@@ -248,15 +248,24 @@ def test_no_drop_beyond_the_reward_range_is_stated_as_undetectable() -> None:
     c = compare_paired(base, run, baseline_binary_single=False, run_binary_single=False)
     assert math.isnan(c.detectable_drop)
     assert "no drop within the reward range is detectable at 5 examples" in describe_detectable(c)
-    # Every example flipped (several rollouts): the test uses the spread bounded differences
-    # can have, so some drop below 1 is detectable, not "a drop under 0.000".
+    # Every example flipped (several rollouts): the smallest uniform drop the exact test of a
+    # uniform shift calls significant, not "a drop under 0.000".
     flipped = compare_paired(
         {str(i): 1.0 for i in range(10)},
         {str(i): 0.0 for i in range(10)},
         baseline_binary_single=False,
         run_binary_single=False,
     )
-    assert 0.5 < flipped.detectable_drop < 1.0
+    assert flipped.detectable_drop == pytest.approx(0.05 ** (-1 / 10) - 1)
+    assert 0.3 < flipped.detectable_drop < 0.4
+    # 4 examples that all drop by the whole range give p = 1/16 > 0.05: nothing is detectable.
+    four = compare_paired(
+        {str(i): 1.0 for i in range(4)},
+        {str(i): 0.0 for i in range(4)},
+        baseline_binary_single=False,
+        run_binary_single=False,
+    )
+    assert four.p_value == pytest.approx(1 / 16) and math.isnan(four.detectable_drop)
 
 
 def _stored_runs(project: BenchmarkProject, reference: float, challenger: float) -> list[str]:

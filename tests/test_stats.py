@@ -15,11 +15,13 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
+from pytest_modal_eval.report.format import describe_detectable
 from pytest_modal_eval.stats.summary import (
     TEST_MCNEMAR,
     TEST_PAIRED_T,
     ExampleMeans,
     ExampleRewards,
+    PairedComparison,
     compare_paired,
     natural_key,
     summarize,
@@ -356,32 +358,82 @@ def test_binary_flag_with_graded_rewards_is_an_error() -> None:
         compare_paired({"1": 1.0}, {"1": 0.5}, baseline_binary_single=True, run_binary_single=True)
 
 
+def _uniform_shift_expected(d: float, n: int, w: float) -> tuple[float, float, float]:
+    """p and interval for n differences all equal to d within [-w, w], from the binomial and
+    Clopper-Pearson distributions rather than the closed forms the code uses."""
+    # Clopper-Pearson upper end for 0 of n: the beta(1, n) quantile at 1 - alpha / 2.
+    unseen = float(sps.beta.ppf(0.975, 1, n))
+    assert unseen == pytest.approx(1 - 0.025 ** (1 / n), rel=1e-12)
+    assert unseen == pytest.approx(proportion_confint(0, n, alpha=0.05, method="beta")[1])
+    # P(no example of n in a share pi0 = -d / (w - d) that would lift the mean to 0).
+    p = float(sps.binom.pmf(0, n, -d / (w - d))) if d < 0 else 1.0
+    return p, max(d - unseen * (d + w), -w), min(d + unseen * (w - d), w)
+
+
 def test_identical_runs_have_no_evidence_of_a_drop() -> None:
     same = {str(i): 0.4 for i in range(30)}
     cmp = compare_paired(same, same, baseline_binary_single=False, run_binary_single=False)
-    assert cmp.diff == 0.0 and cmp.p_value == pytest.approx(0.5)
-    # No spread seen: the score interval with the largest variance differences in [-1, 1]
-    # can have, i.e. Wilson's interval of the differences rescaled to [0, 1].
-    low, high = proportion_confint(15, 30, alpha=0.05, method="wilson")
-    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((2 * low - 1, 2 * high - 1))
-    assert not cmp.regressed
+    assert cmp.diff == 0.0 and cmp.p_value == 1.0 and not cmp.regressed
+    # No difference seen among 30: up to the Clopper-Pearson share of examples may differ
+    # unseen, by up to the whole range either way.
+    unseen = float(sps.beta.ppf(0.975, 1, 30))
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-unseen, unseen), rel=1e-12)
+    assert cmp.diff_ci_low < 0.0 < cmp.diff_ci_high
 
 
-@pytest.mark.parametrize(("before", "after", "n"), [(0.9, 0.8, 10), (1.0, 0.0, 10), (1.0, 0.0, 3)])
-def test_the_same_difference_on_every_example_gets_the_bounded_score_interval(
+@pytest.mark.parametrize(
+    ("before", "after", "n"),
+    [(0.9, 0.8, 10), (0.9, 0.8, 100), (1.0, 0.0, 10), (1.0, 0.0, 3), (0.2, 0.7, 20), (0.0, 1.0, 5)],
+)
+def test_the_same_difference_on_every_example_gets_the_exact_binomial_test(
     before: float, after: float, n: int
 ) -> None:
     base = {str(i): before for i in range(n)}
     run = {str(i): after for i in range(n)}
     cmp = compare_paired(base, run, baseline_binary_single=False, run_binary_single=False)
-    share = (after - before + 1) / 2
-    low, high = proportion_confint(share * n, n, alpha=0.05, method="wilson")
-    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((2 * low - 1, 2 * high - 1))
-    assert -1.0 <= cmp.diff_ci_low < cmp.diff_ci_high <= 1.0
-    # The one-sided score test at 0 with the same variance bound: coherent with the interval.
-    assert cmp.p_value == pytest.approx(sps.norm.cdf((after - before) * math.sqrt(n)))
+    d = after - before
+    p, low, high = _uniform_shift_expected(d, n, 1.0)
+    assert cmp.p_value == pytest.approx(p, rel=1e-9)
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((low, high), rel=1e-9)
+    assert -1.0 <= cmp.diff_ci_low <= cmp.diff <= cmp.diff_ci_high <= 1.0
+    assert cmp.diff_ci_low < cmp.diff_ci_high
     assert cmp.regressed == (cmp.p_value < 0.05)
-    assert 0.0 < cmp.detectable_drop <= 1.0 or math.isnan(cmp.detectable_drop)
+    # The two-sided interval leaves out 0 exactly when the one-sided p is below 0.025.
+    assert (cmp.diff_ci_high < 0.0) == (cmp.p_value < 0.025)
+
+
+def test_equal_drops_of_a_tenth_regress_at_100_examples_not_at_10() -> None:
+    def drop(n: int) -> PairedComparison:
+        return compare_paired(
+            {str(i): 0.9 for i in range(n)},
+            {str(i): 0.8 for i in range(n)},
+            baseline_binary_single=False,
+            run_binary_single=False,
+        )
+
+    ten, hundred = drop(10), drop(100)
+    assert ten.p_value == pytest.approx((1 - 0.1 / 1.1) ** 10) and not ten.regressed
+    assert hundred.p_value == pytest.approx((1 - 0.1 / 1.1) ** 100) and hundred.regressed
+    assert hundred.p_value < 1e-4
+    # The smallest uniform drop the exact test calls significant at alpha 0.05.
+    for c in (ten, hundred):
+        assert c.detectable_drop == pytest.approx(0.05 ** (-1 / c.n_shared) - 1)
+        assert (1 / (1 + c.detectable_drop)) ** c.n_shared == pytest.approx(0.05)
+    assert hundred.detectable_drop < 0.1 < ten.detectable_drop
+
+
+def test_runs_of_one_equal_score_outside_0_1_get_a_range_to_compare_within() -> None:
+    same = {str(i): 3.0 for i in range(20)}
+    cmp = compare_paired(same, same, baseline_binary_single=False, run_binary_single=False)
+    assert cmp.p_value == 1.0 and not cmp.regressed
+    unseen = float(sps.beta.ppf(0.975, 1, 20))
+    # The range's length is taken as the scores' magnitude, 3: never 0.
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-3 * unseen, 3 * unseen))
+    assert cmp.detectable_drop == pytest.approx(3 * (0.05 ** (-1 / 20) - 1))
+    assert "no drop within the reward range" not in describe_detectable(cmp)
+    negative = {str(i): -0.5 for i in range(20)}
+    cmp = compare_paired(negative, negative, baseline_binary_single=False, run_binary_single=False)
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-unseen, unseen))
 
 
 @pytest.mark.parametrize("bounds", [None, (0.0, 1.0), (0.0, 10.0)])
@@ -399,6 +451,19 @@ def test_paired_t_interval_stays_within_the_range_of_differences(
     assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-scale, plain[1]))
     # No drop beyond the range is stated as undetectable.
     assert math.isnan(cmp.detectable_drop) or cmp.detectable_drop <= scale
+
+
+def test_compare_rewards_outside_the_bounds_given_are_an_error() -> None:
+    base = {str(i): 3.0 for i in range(5)}
+    run = {str(i): 0.0 for i in range(5)}
+    with pytest.raises(ValueError, match="outside bounds"):
+        compare_paired(
+            base, run, baseline_binary_single=False, run_binary_single=False, bounds=(0.0, 1.0)
+        )
+    with pytest.raises(ValueError, match="bounds"):
+        compare_paired(
+            base, run, baseline_binary_single=False, run_binary_single=False, bounds=(1.0, 0.0)
+        )
 
 
 def test_single_shared_example_is_undefined_and_not_a_regression() -> None:

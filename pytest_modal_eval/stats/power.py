@@ -10,7 +10,9 @@ at the comparison's number of examples and ``alpha``, would call significant wit
   going down. The power is computed exactly, summing over the number of discordant examples.
 - paired t-test (per-example means): per-example differences with the spread observed between
   the two sides, shifted by ``-delta``; the power is exact for normal differences (noncentral
-  t distribution). No drop larger than the rewards' range can be.
+  t distribution). No drop larger than the rewards' range can be. When every difference is
+  the same, no noise is seen: the drop is the smallest uniform one the exact test of a
+  uniform shift calls significant (any larger uniform drop is found, any smaller one never).
 
 Both are functions of the observed noise, never of the observed difference (that would be
 "post-hoc power", which says nothing the p-value does not).
@@ -103,6 +105,16 @@ def detectable_drop_t(
     if n < 2 or not sd > 0.0:
         return math.nan
     return _smallest(lambda x: paired_t_power(n, x, sd, alpha), min(20.0 * sd, width), power)
+
+
+def detectable_uniform_drop(n: int, alpha: float, width: float) -> float:
+    """Smallest drop that, taken by each of ``n`` examples alike, the exact test of a uniform
+    shift calls significant at ``alpha``: p = (width / (width + delta))^n < alpha from
+    delta = width (alpha^(-1/n) - 1). NaN below two examples or when that exceeds ``width``."""
+    if n < 2:
+        return math.nan
+    drop = width * math.expm1(-math.log(alpha) / n)
+    return drop if drop <= width else math.nan
 
 
 def _smallest(power_at: Callable[[float], float], high: float, power: float) -> float:

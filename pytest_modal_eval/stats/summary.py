@@ -440,16 +440,7 @@ def _paired_t(run: FloatArray, base: FloatArray, width: float) -> tuple[float, f
     if n == 1:
         return math.nan, math.nan, math.nan
     if _is_constant(diffs):
-        shift = float(np.mean(diffs))
-        if width <= 0.0:  # every reward seen is the same: nothing can differ
-            return 1.0, shift, shift
-        # No spread to estimate: the score test and interval with the largest variance
-        # differences within [-width, width] can have at each candidate mean mu, (width - mu)
-        # (width + mu) (Bhatia-Davis) -- Wilson's interval of the differences rescaled to [0, 1].
-        z = float(special.ndtri(0.5 + DIFF_CONFIDENCE / 2))
-        low, high = _wilson((shift + width) / (2 * width), z * z / n)
-        p = float(special.ndtr(shift * math.sqrt(n) / width))
-        return p, -width + 2 * width * low, -width + 2 * width * high
+        return _uniform_shift(float(np.mean(diffs)), n, width)
     # The paired t statistic's lower tail is the one-sided p; the interval is two-sided.
     df = n - 1
     mean, stderr = float(np.mean(diffs)), _sem(diffs)
@@ -458,11 +449,21 @@ def _paired_t(run: FloatArray, base: FloatArray, width: float) -> tuple[float, f
     return float(special.stdtr(df, mean / stderr)), low, high
 
 
-def _wilson(share: float, a: float) -> tuple[float, float]:
-    """Wilson's score interval of a proportion ``share`` with a = z^2 / n."""
-    centre = (share + a / 2) / (1 + a)
-    half = math.sqrt(a * share * (1.0 - share) + a * a / 4) / (1 + a)
-    return max(centre - half, 0.0), min(centre + half, 1.0)
+def _uniform_shift(shift: float, n: int, width: float) -> tuple[float, float, float]:
+    """One-sided p and two-sided interval of the mean difference when each of the ``n``
+    differences is ``shift``, differences lying within [-width, width].
+
+    The mean can be 0 or more only if some share of all examples differs from ``shift``, by at
+    most up to ``width``: at least pi0 = -shift / (width - shift) of them. None of ``n`` doing
+    so has probability (1 - pi0)^n, the exact binomial p. The share that may differ unseen is
+    at most 1 - (alpha / 2)^(1 / n), the Clopper-Pearson upper end for 0 of n; it may move to
+    -width or to +width, which gives the interval's ends.
+    """
+    p = (width / (width - shift)) ** n if shift < 0.0 else 1.0
+    unseen = -math.expm1(math.log((1.0 - DIFF_CONFIDENCE) / 2) / n)
+    low = shift - unseen * (shift + width)
+    high = shift + unseen * (width - shift)
+    return p, max(low, -width), min(high, width)
 
 
 def _tango_interval(down: int, up: int, n: int) -> tuple[float, float]:
@@ -509,15 +510,20 @@ def _t_quantile(confidence: float, df: int) -> float:
 
 def _reward_width(base: FloatArray, new: FloatArray, bounds: tuple[float, float] | None) -> float:
     """The length of the rewards' range: ``bounds`` when given; 1 when every example mean of
-    both sides lies within [0, 1]; else the span of the example means seen."""
+    both sides lies within [0, 1]; else the span of the example means seen, or, when they are
+    all the same value, the larger of 1 and its magnitude. Always more than 0."""
+    lowest, highest = min(base.min(), new.min()), max(base.max(), new.max())
     if bounds is not None:
         if not bounds[0] < bounds[1]:
             raise ValueError(f"bounds must be (low, high) with low < high, got {bounds!r}")
+        if lowest < bounds[0] or highest > bounds[1]:
+            raise ValueError(f"rewards [{lowest}, {highest}] lie outside bounds {bounds!r}")
         return float(bounds[1] - bounds[0])
-    lowest, highest = min(base.min(), new.min()), max(base.max(), new.max())
     if lowest >= 0.0 and highest <= 1.0:
         return 1.0
-    return float(highest - lowest)
+    if highest > lowest:
+        return float(highest - lowest)
+    return max(1.0, float(abs(lowest)))
 
 
 def compare_paired(
@@ -556,14 +562,18 @@ def compare_paired(
 
     ``diff_ci_low/high`` is a two-sided 95% interval of the mean paired difference within
     [-w, w], w the length of the rewards' range (``bounds``; else 1 when every example mean
-    lies in [0, 1], else the span of the means seen): for McNemar, Tango's score interval of
+    lies in [0, 1], else the span of the means seen, or the larger of 1 and their magnitude
+    when they are all one value): for McNemar, Tango's score interval of
     the difference of paired proportions; for the t-test, its t interval clipped to [-w, w].
-    When every difference is the same the t-test has no spread to use: its p and interval are
-    then the score test's with the largest variance differences in [-w, w] can have
-    (Wilson's interval of the differences rescaled to [0, 1]).
+    When every difference is the same value d the t-test has no spread to use; then (exact
+    binomial) p = (1 - pi0)^n when d < 0, pi0 = -d / (w - d) being the smallest share of
+    examples that, differing by up to +w unseen, would make the mean difference 0, and p = 1
+    when d >= 0; the interval is [d - pi (d + w), d + pi (w - d)], pi = 1 - (0.025)^(1/n) the
+    Clopper-Pearson upper end of the share of examples that differ, for 0 of n seen.
 
-    Raises ``ValueError`` when no id is shared, rewards are not finite, a ``*_binary_single``
-    side holds values other than 0/1, or ``alpha``/``max_drop`` are out of range.
+    Raises ``ValueError`` when no id is shared, rewards are not finite or lie outside
+    ``bounds``, a ``*_binary_single`` side holds values other than 0/1, or
+    ``alpha``/``max_drop`` are out of range.
     """
     _check_probability("alpha", alpha)
     if not (math.isfinite(max_drop) and max_drop >= 0.0):
@@ -604,10 +614,11 @@ def compare_paired(
             len(shared), len(missed_to_solved) / len(shared), alpha
         )
     else:
-        spread = float(np.std(new - base, ddof=1)) if len(shared) > 1 else math.nan
         if len(shared) > 1 and _is_constant(new - base):
-            spread = width  # the spread the test uses when the differences show none
-        detectable = power.detectable_drop_t(len(shared), spread, alpha, width=width)
+            detectable = power.detectable_uniform_drop(len(shared), alpha, width)
+        else:
+            spread = float(np.std(new - base, ddof=1)) if len(shared) > 1 else math.nan
+            detectable = power.detectable_drop_t(len(shared), spread, alpha, width=width)
     return PairedComparison(
         test=test,
         n_shared=len(shared),
