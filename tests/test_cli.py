@@ -133,6 +133,23 @@ def test_runs_shows_each_runs_gate_verdict(project: BenchmarkProject) -> None:
     assert " pass " in cli("runs").stdout.lower()
 
 
+def test_a_verdict_that_cannot_be_recorded_is_a_warning(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_modal_eval.collect import item_run
+
+    def read_only(path: Path, value: Any) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    project.add("alpha", n=2)
+    monkeypatch.setattr(item_run, "write_json_atomic", read_only)
+    result = project.run()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["alpha: WARNING: the verdict could not be recorded in *metadata.json: *Permission denied*"]
+    )
+
+
 def test_a_resumed_run_is_incomplete_until_its_session_ends(project: BenchmarkProject) -> None:
     """A run that ended with errors, then was resumed and killed, is incomplete (k of n), not
     the earlier session's "with errors"; finishing it makes it complete."""

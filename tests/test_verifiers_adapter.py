@@ -217,3 +217,23 @@ def test_v1_a_few_shot_prompt_is_recorded_as_the_prompt(
     ]
     [reply] = output["completion"]
     assert reply["role"] == "assistant" and "What is" not in reply["content"]
+
+
+@v1_only
+def test_the_prompt_is_found_by_content_after_messages_a_harness_added() -> None:
+    from pytest_modal_eval.client.verifiers_v1 import prompt_length
+
+    shot = [
+        {"role": "user", "content": "What is 1 + 1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "What is 2 + 3?"},
+    ]
+    reply = {"role": "assistant", "content": "5"}
+    harness = {"role": "system", "content": "You may call tools."}
+    assert prompt_length([*shot, reply], shot) == 3
+    assert prompt_length([harness, *shot, reply], shot) == 4
+    # Contents reshaped by a harness: the prompt's roles at the start still mark its end.
+    reshaped = [{**m, "content": f"[{m['content']}]"} for m in shot]
+    assert prompt_length([*reshaped, reply], shot) == 3
+    # Neither: at the first assistant message.
+    assert prompt_length([harness, {"role": "user", "content": "x"}, reply], shot) == 2

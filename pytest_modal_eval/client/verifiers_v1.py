@@ -426,11 +426,25 @@ def prompt_length(
     messages: Sequence[Mapping[str, Any]], prompt: Sequence[Mapping[str, Any]]
 ) -> int:
     """Where the model's part of a rollout's messages begins: after the task's prompt, which
-    may itself hold assistant turns (a few-shot conversation). When the messages do not start
-    with the prompt's roles (a harness that reshaped it), at the first assistant message."""
-    roles = [m.get("role") for m in prompt]
-    if prompt and [m.get("role") for m in messages[: len(prompt)]] == roles:
-        return len(prompt)
+    may itself hold assistant turns (a few-shot conversation), found by role and content even
+    when a harness put messages of its own before it; by role at the start when a harness
+    reshaped the contents; else at the first assistant message."""
+
+    def same(message: Mapping[str, Any], asked: Mapping[str, Any], content: bool) -> bool:
+        return message.get("role") == asked.get("role") and (
+            not content or message.get("content") == asked.get("content")
+        )
+
+    n = len(prompt)
+    if n:
+        for start in range(len(messages) - n + 1):
+            window = messages[start : start + n]
+            if all(same(m, q, True) for m, q in zip(window, prompt, strict=True)):
+                return start + n
+        if len(messages) >= n and all(
+            same(m, q, False) for m, q in zip(messages[:n], prompt, strict=True)
+        ):
+            return n
     return next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
 
 

@@ -134,15 +134,19 @@ def prepare(session: EvalSession, item: BenchmarkItem) -> None:
 
 
 def record_verdict(run_dir: Path, verdict: Verdict) -> None:
-    """The gate's verdict in the run's ``metadata.json`` (what ``runs``, ``show`` and the
-    report read): the one of the latest session that judged the run."""
+    """The gate's verdict in the run's ``metadata.json`` (what ``runs``, ``show``, the report
+    and ``pytest_modal_eval_finished`` hooks read): the one of the latest session that judged
+    the run. A file that cannot be written leaves a warning, not an error."""
     paths = RunPaths(run_dir)
     metadata = paths.read_metadata()
     if metadata is None:  # not finished (an aborted run has no metadata.json)
         return
     metadata["verdict"] = "pass" if verdict.passed else "fail"
     metadata["gate_reasons"] = list(verdict.reasons)
-    write_json_atomic(paths.metadata, metadata)
+    try:
+        write_json_atomic(paths.metadata, metadata)
+    except OSError as exc:  # a read-only copy of a finished run: the verdict stands regardless
+        verdict.warnings.append(f"the verdict could not be recorded in {paths.metadata}: {exc}")
 
 
 def pin_revision(request: ServerRequest, identity: ModelIdentity) -> ServerRequest:
@@ -262,8 +266,8 @@ def evaluate(session: EvalSession, item: BenchmarkItem, subtests: Any, snapshot:
             "the baseline was recorded (--snapshot-update) from a run that failed its gate: "
             + "; ".join(verdict.reasons)
         )
-    item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
     record_verdict(outcome.run_dir, verdict)
+    item.ihook.pytest_modal_eval_finished(item=item, outcome=outcome, verdict=verdict)
     elapsed = time.monotonic() - started
     record_properties(item, outcome, verdict, item.model or "", elapsed, comparison, reference)
     notes = [
