@@ -260,6 +260,9 @@ def test_errored_examples_fail_the_gate_by_default(project: BenchmarkProject) ->
     assert f"{errored} of 30 examples could not be evaluated" in out
     assert "ERRORED [example" in out and "could not be evaluated" in out
     assert "gate.max_error_rate 0.0%" in out
+    # The reason names the HTTP status and what the server said, not only the errors' types.
+    [first] = [line for line in out.splitlines() if "examples could not be evaluated" in line]
+    assert "500" in first and "injected failure" in first, first
 
 
 def test_error_rate_within_the_gate_passes(project: BenchmarkProject) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_modal_eval.report.format import fmt_any
 from pytest_modal_eval.runs.paths import RunPaths, iter_runs, runs_in
+from pytest_modal_eval.runs.store import describe_error
 
 #: Characters of a prompt or completion kept in the page; the rest is in results.jsonl.
 MAX_TEXT = 2000
@@ -309,7 +310,7 @@ def _rows(
         cut += was_cut
         completions.append(completion)
         if record.get("error"):
-            current[5] = _describe_error(record["error"])
+            current[5] = describe_error(record["error"])
         else:
             rewards.append(float(record.get("reward") or 0.0))
     close()
@@ -318,14 +319,6 @@ def _rows(
         if str(example_id) not in seen:
             rows.append([str(example_id), None, "", "", "", "not evaluated", 0, None, None])
     return rows, cut
-
-
-def _describe_error(error: Any) -> str:
-    if isinstance(error, Mapping):
-        kind = error.get("error") or error.get("type") or "error"
-        message = error.get("error_chain_str") or error.get("message")
-        return f"{kind}: {message}" if message else str(kind)
-    return str(error)
 
 
 # -- rendering -------------------------------------------------------------------------------

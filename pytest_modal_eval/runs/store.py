@@ -18,7 +18,7 @@ import secrets
 import time
 import warnings
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -173,10 +173,14 @@ class Checkpoint:
 
 
 def describe_error(error: Any) -> str:
-    if isinstance(error, dict):
+    """A recorded rollout error in one line: its type, then the chain of errors with their
+    messages (verifiers 0.3's ``error_chain_repr``: ``ModelError(...) ->
+    InternalServerError('Error code: 500 - ...')``, which names the HTTP status and what the
+    server said), else its message, else the chain's types."""
+    if isinstance(error, Mapping):
         kind = error.get("error") or error.get("type") or "error"
         message = (
-            error.get("error_chain_str") or error.get("message") or error.get("error_chain_repr")
+            error.get("error_chain_repr") or error.get("message") or error.get("error_chain_str")
         )
         return f"{kind}: {message}" if message else str(kind)
     return str(error)
