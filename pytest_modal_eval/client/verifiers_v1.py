@@ -167,11 +167,9 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
         raise EnvironmentLoadError(f"environment {env_id!r} has infinitely many tasks")
     try:
         tasks = list(taskset)
-    except ValueError as exc:  # FileQAError and tasksets' own data checks
-        if env_id in BUNDLED:
-            raise EnvironmentLoadError(str(exc)) from None
-        raise load_failure(env_id, "loading its tasks", exc, module_name(env_id)) from None
     except Exception as exc:
+        if env_id in BUNDLED and isinstance(exc, ValueError):  # FileQAError: file, line, field
+            raise EnvironmentLoadError(str(exc)) from None
         raise load_failure(env_id, "loading its tasks", exc, module_name(env_id)) from None
     if not tasks:
         raise EnvironmentLoadError(f"environment {env_id!r} has no tasks")
@@ -230,6 +228,12 @@ def _check_tasks(env_id: str, tasks: Sequence[vf.Task[Any, Any, Any]]) -> None:
             )
 
 
+def _toolsets(taskset: vf.Taskset[Any, Any]) -> list[Any]:
+    """The tool servers a taskset's rollouts use: its tasks' own and its shared ones."""
+    task_type = type(taskset).task_type()
+    return [*task_type.toolsets(taskset.config.task), *type(taskset).toolsets(taskset.config)]
+
+
 def _check_runnable(env_id: str, taskset: vf.Taskset[Any, Any]) -> None:
     """Refuse tasks that need what a local, in-process rollout cannot give them."""
     task_type = type(taskset).task_type()
@@ -239,8 +243,7 @@ def _check_runnable(env_id: str, taskset: vf.Taskset[Any, Any]) -> None:
             "runtime; pytest-modal-eval runs v1 tasks in-process, without one: run it with "
             "verifiers' own `vf-eval` and a docker or prime runtime instead"
         )
-    tools = [*task_type.toolsets(taskset.config.task), *type(taskset).toolsets(taskset.config)]
-    for toolset in tools:
+    for toolset in _toolsets(taskset):
         config = toolset.config
         runtime = getattr(getattr(config, "runtime", None), "type", "subprocess")
         if getattr(config, "url", None) is None and runtime != "subprocess":
@@ -610,11 +613,8 @@ def _tool_servers_import_like_this_process(env: V1Environment) -> Iterator[None]
     directory of their own; directories this process imports the taskset from by
     ``sys.path`` alone (pytest's ``pythonpath``, the rootdir) reach them through
     ``PYTHONPATH`` while the run lasts."""
+    tools = _toolsets(env.taskset)
     task_type = type(env.taskset).task_type()
-    tools = [
-        *task_type.toolsets(env.taskset.config.task),
-        *type(env.taskset).toolsets(env.taskset.config),
-    ]
     roots = _import_roots([type(env.taskset), task_type, *(type(t) for t in tools)])
     if not tools or not roots:
         yield
