@@ -25,7 +25,7 @@ def pytest_modal_eval_finished(item: pytest.Item, outcome: RunOutcome, verdict: 
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if not summary_file:
         return
-    from pytest_modal_eval.report.format import describe_score
+    from pytest_modal_eval.stats.format import describe_score
 
     mark = "PASS" if verdict.passed else "FAIL"
     line = f"- **{item.name}** {mark}: {describe_score(outcome)}; run `{outcome.run_dir}`\n"

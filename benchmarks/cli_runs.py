@@ -20,7 +20,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pytest_modal_eval.runs.paths import list_runs
+from pytest_modal_eval.runs.locate import list_runs
 
 
 def make_runs(root: Path, count: int, records: int) -> None:

@@ -15,8 +15,16 @@ Wilson interval (the design effect estimated from the spread of example means, w
 1 + (r - 1) / (k + 1), the best an interval of that form could do.
 Then, for each (n, r), the smallest and largest coverage, and the cells outside 93-97%.
 
+With ``--partial``, the partial-credit grid instead: n in {20, 30, 50} examples, 4 rollouts
+of 4 checks each, the nine rates, examples alike or k = 10, 3, 1. Printed per cell: the
+coverage of the interval ``summarize`` reports for such rewards (the beta-binomial score
+interval over each example's 16 checks, ``beta-binomial-checks``) when the checks of a rollout
+are independent given the example's rate, and when they are not (each rollout draws its own
+rate from Beta(2 p, 2 (1 - p)) around the example's p, so its checks pass or fail together),
+and the coverage of the clustered Wilson interval on the same independent-checks datasets.
+
 Run: ``.venv/bin/python -m benchmarks.interval_coverage`` (seeded; about 5 minutes at the
-default 3,000 datasets per cell on one quiet core).
+default 3,000 datasets per cell on one quiet core); ``--partial``: about 4 minutes.
 """
 
 from __future__ import annotations
@@ -110,6 +118,51 @@ def measure(rng: np.random.Generator, cell: Cell, datasets: int, reference: bool
     )
 
 
+PARTIAL_NS = (20, 30, 50)
+CHECKS = 4
+PARTIAL_ROLLOUTS = 4
+
+
+def partial_credit(rng: np.random.Generator, datasets: int) -> None:
+    """The partial-credit grid (see the module docstring)."""
+    trials = CHECKS * PARTIAL_ROLLOUTS
+    print(f"partial credit: {PARTIAL_ROLLOUTS} rollouts x {CHECKS} checks, {datasets} datasets")
+    worst: dict[str, float] = {"checks": 1.0, "correlated": 1.0, "clustered": 1.0}
+    for n, rate, kappa in itertools.product(PARTIAL_NS, RATES, KAPPAS):
+        if kappa == 20.0:
+            continue
+        cell = Cell(n, PARTIAL_ROLLOUTS, rate, kappa)
+        spread = min(rate, 1 - rate) * 0.2
+        mus = rng.uniform(rate - spread, rate + spread, size=(datasets, 1))
+        rates = (
+            np.broadcast_to(mus, (datasets, n))
+            if kappa is None
+            else rng.beta(mus * kappa, (1 - mus) * kappa, size=(datasets, n))
+        )
+        passes = rng.binomial(trials, rates)
+        own = np.clip(rates[..., None], 1e-9, 1 - 1e-9)
+        rollout_rates = rng.beta(2 * own, 2 * (1 - own), size=(datasets, n, PARTIAL_ROLLOUTS))
+        together = rng.binomial(CHECKS, rollout_rates).sum(-1)
+        found = {
+            "checks": _covered(intervals.beta_binomial_score(passes, trials), mus[:, 0]),
+            "correlated": _covered(intervals.beta_binomial_score(together, trials), mus[:, 0]),
+            "clustered": _covered(
+                intervals.clustered_wilson(passes / trials, PARTIAL_ROLLOUTS), mus[:, 0]
+            ),
+        }
+        for name, covered in found.items():
+            worst[name] = min(worst[name], covered)
+        print(
+            f"{cell.label()}  beta-binomial-checks {found['checks']:.3f}"
+            f"  (checks of a rollout together {found['correlated']:.3f})"
+            f"  clustered-wilson {found['clustered']:.3f}"
+        )
+    print(
+        f"\nsmallest coverage: beta-binomial-checks {worst['checks']:.3f} (checks together "
+        f"{worst['correlated']:.3f}), clustered-wilson {worst['clustered']:.3f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", type=int, default=3000, help="per cell (default 3000)")
@@ -117,8 +170,14 @@ def main() -> None:
     parser.add_argument(
         "--reference", action="store_true", help="also Wilson with the true design effect"
     )
+    parser.add_argument(
+        "--partial", action="store_true", help="the partial-credit grid (4 rollouts x 4 checks)"
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
+    if args.partial:
+        partial_credit(rng, args.datasets)
+        return
     started = time.perf_counter()
     results: dict[Cell, Coverage] = {}
     for n, r, rate, kappa in itertools.product(NS, ROLLOUTS, RATES, KAPPAS):

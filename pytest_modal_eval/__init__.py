@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     from pytest_modal_eval.config.loader import Benchmark, load_benchmark
     from pytest_modal_eval.config.schema import BenchmarkConfig
     from pytest_modal_eval.exceptions import ModalEvalError
-    from pytest_modal_eval.judge.gate import Verdict
-    from pytest_modal_eval.runs.evaluation import RunOutcome
-    from pytest_modal_eval.runs.paths import RunPaths, RunStatus, iter_runs
+    from pytest_modal_eval.gate.verdict import Verdict
+    from pytest_modal_eval.runs.locate import iter_runs
+    from pytest_modal_eval.runs.outcome import RunOutcome
+    from pytest_modal_eval.runs.paths import RunPaths, RunStatus
     from pytest_modal_eval.serving.endpoint import Endpoint
 
 _WHERE = {
@@ -30,11 +31,11 @@ _WHERE = {
     "load_benchmark": "pytest_modal_eval.config.loader",
     "BenchmarkConfig": "pytest_modal_eval.config.schema",
     "ModalEvalError": "pytest_modal_eval.exceptions",
-    "Verdict": "pytest_modal_eval.judge.gate",
-    "RunOutcome": "pytest_modal_eval.runs.evaluation",
+    "Verdict": "pytest_modal_eval.gate.verdict",
+    "RunOutcome": "pytest_modal_eval.runs.outcome",
     "RunPaths": "pytest_modal_eval.runs.paths",
     "RunStatus": "pytest_modal_eval.runs.paths",
-    "iter_runs": "pytest_modal_eval.runs.paths",
+    "iter_runs": "pytest_modal_eval.runs.locate",
     "Endpoint": "pytest_modal_eval.serving.endpoint",
 }
 

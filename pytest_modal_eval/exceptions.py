@@ -6,6 +6,8 @@ the fix. The plugin reports these without a traceback into its own code.
 
 from __future__ import annotations
 
+import argparse
+
 
 class ModalEvalError(Exception):
     """Base of the errors below."""
@@ -21,6 +23,11 @@ class RunAborted(ModalEvalError):
 
 class EvalProblem(ModalEvalError):
     """A user-facing failure: reported as its message, without a traceback."""
+
+
+class RunLockError(ModalEvalError):
+    """A run's lock could not be taken: another process still evaluates the run after the
+    wait (the message names it), or the run directory cannot hold a lock."""
 
 
 class BenchmarkError(ModalEvalError):
@@ -55,3 +62,20 @@ class DirectClientError(ModalEvalError, RuntimeError):
 class ShareError(ModalEvalError):
     """Results could not be shared (Hub push, MLflow logging); the message names the run,
     file or setting and the fix."""
+
+
+class OptionError(ModalEvalError, argparse.ArgumentTypeError):
+    """A command-line option or ini key with a value the plugin cannot use; the message names
+    the option and the fix. The plugin reports it as pytest's usage error; as an option's
+    ``type=`` it is argparse's own error for that option."""
+
+
+class RunFileError(EvalProblem):
+    """A run file (``results.jsonl``, ``checkpoint.jsonl``, ``metadata.json``,
+    ``run_config.json``) that cannot be read as its schema says; the message names the file,
+    the line and the field, and the fix. Every command reports it the same way."""
+
+
+class RecordingError(EvalProblem):
+    """A run's file could not be written (disk full, permissions, a file-size limit); the
+    message names the path and the fix. Finished examples are already in the checkpoint."""

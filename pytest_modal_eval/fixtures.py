@@ -1,4 +1,7 @@
-"""Fixtures for users' own Python evaluation tests, against the session's deployment."""
+"""Fixtures for users' own Python evaluation tests, against the session's deployment.
+
+With several ``--model``, a test that uses ``eval_endpoint`` runs once per model: the worker
+session's ``pytest_generate_tests`` parametrizes it (``session/worker.py``)."""
 
 from __future__ import annotations
 
@@ -10,23 +13,6 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_modal_eval.serving.endpoint import Endpoint
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Runs at collection in every collecting process: with several ``--model``, a test that
-    uses ``eval_endpoint`` runs once per model, as each benchmark does (``test_x[org--name]``,
-    named like the benchmark items' model suffix)."""
-    from pytest_modal_eval.collect.items import model_label
-    from pytest_modal_eval.collect.server_plan import ENDPOINT_FIXTURE
-    from pytest_modal_eval.collect.session import SESSION_KEY
-
-    if ENDPOINT_FIXTURE not in metafunc.fixturenames:
-        return
-
-    models = metafunc.config.stash[SESSION_KEY].settings.models
-    if len(models) > 1:
-        labels = [model_label(model) for model in models]
-        metafunc.parametrize(ENDPOINT_FIXTURE, models, indirect=True, ids=labels)
 
 
 @pytest.fixture(scope="session")
@@ -46,15 +32,14 @@ def eval_endpoint(
                                    default_headers=dict(endpoint.headers))
             reply = client.chat.completions.create(model=endpoint.model, messages=[...])
     """
-    from pytest_modal_eval.collect.item_run import model_identity, pin_revision
+    from pytest_modal_eval.collect.context import CONTEXT_KEY, endpoint_source
     from pytest_modal_eval.collect.server_plan import PLAN_KEY
-    from pytest_modal_eval.collect.session import SESSION_KEY
     from pytest_modal_eval.config.loader import Benchmark, load_benchmark
     from pytest_modal_eval.config.schema import BenchmarkConfig
-    from pytest_modal_eval.serving.deployments import endpoint_source
+    from pytest_modal_eval.runs.identity import pin_revision
     from pytest_modal_eval.serving.endpoint import ServerRequest
 
-    session = pytestconfig.stash[SESSION_KEY]
+    session = pytestconfig.stash[CONTEXT_KEY]
     # This test's model when parametrized per model (several --model), else the only one.
     model: str | None = getattr(request, "param", None) or session.settings.model
 
@@ -69,7 +54,7 @@ def eval_endpoint(
             bench = load_benchmark(Path(benchmark), list(settings.overrides))
         wanted = ServerRequest.for_benchmark(settings, bench, model)
         # At the commit the benchmark items pin a Hub model to, so that both get one server.
-        wanted = pin_revision(wanted, model_identity(session, wanted))
+        wanted = pin_revision(wanted, session.model_identity(wanted))
         # The running test holds the server until its teardown; on --backend local a test
         # cannot hold two profiles' servers at once.
         info = endpoint_source(pytestconfig).endpoint_for(

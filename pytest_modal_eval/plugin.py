@@ -1,8 +1,8 @@
-"""Entry point (``pytest11``): options, plugin objects, collection hook. Little else."""
+"""Entry point (``pytest11``): options, the session objects that hold the hooks, collection.
+Little else."""
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval import fixtures
-from pytest_modal_eval.collect.example_reports import ExampleStatusWords, PassedExampleReports
+from pytest_modal_eval.collect.context import (
+    CONTEXT_KEY,
+    DEPLOYMENTS_KEY,
+    SOURCE_KEY,
+    EvalContext,
+    session_redactor,
+)
 from pytest_modal_eval.collect.items import (
     RUNNER_KEY,
     BenchmarkFile,
@@ -20,19 +26,18 @@ from pytest_modal_eval.collect.items import (
     is_benchmark_file,
 )
 from pytest_modal_eval.collect.server_plan import PLAN_KEY, ServerPlan
-from pytest_modal_eval.collect.session import SESSION_KEY, EvalSession
+from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.config.options import add_options, resolve_settings
-from pytest_modal_eval.report.progress import LiveProgress
-from pytest_modal_eval.report.session_report import SessionReport
-from pytest_modal_eval.report.terminal import SummaryCollector
-from pytest_modal_eval.serving.deployments import (
-    BROKER_INPUT_KEY,
-    DEPLOYMENTS_KEY,
-    SOURCE_KEY,
-    Broker,
-    BrokerClient,
-    Deployments,
+from pytest_modal_eval.exceptions import OptionError, ShareError
+from pytest_modal_eval.report.redaction import RedactedOutput
+from pytest_modal_eval.serving.broker import BROKER_INPUT_KEY, BrokerClient
+from pytest_modal_eval.serving.deployments import Deployments
+from pytest_modal_eval.session.controller import (
+    CONTROLLER_PLUGIN,
+    REFERENCES_INPUT_KEY,
+    ControllerSession,
 )
+from pytest_modal_eval.session.worker import WORKER_PLUGIN, WorkerSession
 from pytest_modal_eval.share import controller as share
 
 
@@ -50,39 +55,51 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Builds the per-process plugin objects; on a worker, connects to the controller's broker."""
-    settings = resolve_settings(config)
+    """Builds this process's state and registers its session objects, which hold every other
+    hook: a :class:`WorkerSession` in every process, and on the controller (or the only
+    process) a :class:`ControllerSession` beside it. On a worker, endpoints come from the
+    controller's broker."""
+    try:
+        settings = resolve_settings(config)
+    except OptionError as exc:
+        raise pytest.UsageError(str(exc)) from None
     _check_path_options(config)
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     references = (workerinput or {}).get(REFERENCES_INPUT_KEY) or _new_references_dir()
-    config.stash[SESSION_KEY] = EvalSession(config, settings, references_dir=Path(references))
-    config.pluginmanager.register(config.stash[SESSION_KEY], "modal_eval_session")
-    config.stash[RUNNER_KEY] = DeferredRunner(config.stash[SESSION_KEY])
-    config.pluginmanager.register(PassedExampleReports(config), "modal_eval_passed_reports")
-    config.pluginmanager.register(ExampleStatusWords(), "modal_eval_example_status")
+    redactor = session_redactor(settings)
+    session = config.stash[CONTEXT_KEY] = EvalContext(
+        config,
+        settings,
+        references_dir=Path(references),
+        redactor=redactor,
+        # Workers share the controller's session id, so a run's lock names "this session".
+        session_id=str((workerinput or {}).get("testrunuid") or uuid.uuid4().hex),
+        worker=(workerinput or {}).get("workerid"),
+    )
+    config.stash[RUNNER_KEY] = DeferredRunner(session)
+    config.stash[PLAN_KEY] = plan = ServerPlan(config, settings)
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
-    config.stash[PLAN_KEY] = ServerPlan(config, settings)
-    config.pluginmanager.register(config.stash[PLAN_KEY], "modal_eval_server_plan")
-    if workerinput is not None and BROKER_INPUT_KEY in workerinput:
+    # Every process, xdist workers included: reports and log records are redacted where made.
+    worker = WorkerSession(config, settings.models, RedactedOutput(redactor), plan)
+    config.pluginmanager.register(worker, WORKER_PLUGIN)
+    if workerinput is not None:
         url, token = workerinput[BROKER_INPUT_KEY]
         config.stash[SOURCE_KEY] = BrokerClient(url, token)
-    else:
-        deployments = Deployments(settings, settings.output_dir / "logs")
-        config.stash[DEPLOYMENTS_KEY] = deployments
-        config.stash[SOURCE_KEY] = deployments
-        # Its teardown-report hook stops each server once the plan no longer needs it.
-        config.pluginmanager.register(deployments, "modal_eval_deployments")
-    if workerinput is None:
-        if settings.backend == "modal" and settings.model and not config.option.collectonly:
-            _check_modal_credentials()
-        config.pluginmanager.register(SummaryCollector(config.rootpath), "modal_eval_summary")
-        # Opt out with -p no:modal_eval_progress (registering a blocked name does nothing).
-        config.pluginmanager.register(LiveProgress(config), "modal_eval_progress")
-        if settings.report is not None:
-            config.pluginmanager.register(SessionReport(settings.report), "modal_eval_report")
-        share.configure(config, settings.output_dir)
-        if config.pluginmanager.hasplugin("xdist"):
-            config.pluginmanager.register(XdistController(config), "modal_eval_xdist")
+        return
+    deployments = Deployments(settings, session_logs_dir(settings.output_dir), redactor)
+    config.stash[DEPLOYMENTS_KEY] = config.stash[SOURCE_KEY] = deployments
+    spec = backend(settings.backend)
+    if spec.on_modal and settings.model and not config.option.collectonly:
+        _check_modal_credentials()
+    # A server started on this machine reads a local --model directory itself.
+    if spec.runs_here and not config.option.collectonly:
+        _check_local_models(settings.models)
+    try:
+        sharing = share.configure(config, settings.output_dir, redactor)
+    except ShareError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    controller = ControllerSession(config, session, deployments, sharing)
+    config.pluginmanager.register(controller, CONTROLLER_PLUGIN)
 
 
 class DeferredRunner:
@@ -90,7 +107,7 @@ class DeferredRunner:
     imported when the first benchmark item runs, so a pytest session without one -- any test
     suite in an environment where the plugin is installed -- never pays for it."""
 
-    def __init__(self, session: EvalSession) -> None:
+    def __init__(self, session: EvalContext) -> None:
         self.session = session
         self._runner: ItemRunner | None = None
 
@@ -109,9 +126,6 @@ class DeferredRunner:
 
     def release(self, item: BenchmarkItem) -> None:
         self._get().release(item)
-
-
-REFERENCES_INPUT_KEY = "modal_eval_references"
 
 
 def _new_references_dir() -> str:
@@ -140,6 +154,26 @@ def _check_path_options(config: pytest.Config) -> None:
             )
 
 
+def session_logs_dir(output_dir: Path) -> Path:
+    """Where this session's servers write their logs: a directory of its own (named by its UTC
+    start), so a failed start shows this session's lines and each run's log links keep
+    pointing at the log of the server that answered it."""
+    from datetime import UTC, datetime
+
+    return output_dir / "logs" / f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+def _check_local_models(models: tuple[str, ...]) -> None:
+    """``--backend local``: a ``--model`` directory must exist and hold a model, checked
+    before anything is collected or started."""
+    from pytest_modal_eval.serving.preflight import model_dir_problem
+
+    for model in models:
+        problem = model_dir_problem(model)
+        if problem is not None:
+            raise pytest.UsageError(problem)
+
+
 def _check_modal_credentials() -> None:
     """Fail before collection, without network, when Modal cannot be used from here."""
     import os
@@ -154,52 +188,9 @@ def _check_modal_credentials() -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stops the servers this process owns (the controller's, or the in-process ones)."""
-    deployments = config.stash.get(DEPLOYMENTS_KEY, None)
-    if deployments is not None:
-        deployments.stop_all()
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None and session.references_dir and not hasattr(config, "workerinput"):
-        shutil.rmtree(session.references_dir, ignore_errors=True)
-
-
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     """A benchmark YAML (matching ini ``modal_eval_files``, or named explicitly) -> collector."""
     explicit = parent.session.isinitpath(file_path)
     if is_benchmark_file(file_path, parent.config, explicit):
         return BenchmarkFile.from_parent(parent, path=file_path)
     return None
-
-
-class XdistController:
-    """Registered on the controller only when xdist is present: owns the broker."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.broker: Broker | None = None
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node: Any) -> None:
-        """Runs on the controller for each worker: hands it the broker's address."""
-        if self.broker is None:
-            self.broker = Broker(self.config.stash[DEPLOYMENTS_KEY])
-            self.broker.start()
-        node.workerinput[BROKER_INPUT_KEY] = [self.broker.url, self.broker.token]
-        node.workerinput[REFERENCES_INPUT_KEY] = str(self.config.stash[SESSION_KEY].references_dir)
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Runs on the controller: a crashed worker's item ("???") leaves no reference results,
-        so say so for it, or a challenger on another worker would wait for them forever."""
-        if str(report.when) == "???":  # xdist's phase for the item of a crashed worker
-            from pytest_modal_eval.judge.reference import ReferenceBoard  # only after a crash
-
-            session = self.config.stash[SESSION_KEY]
-            if session.references_dir is not None:
-                ReferenceBoard(session.references_dir).post_failure(
-                    report.nodeid, f"{report.nodeid} crashed its worker"
-                )
-
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.broker is not None:
-            self.broker.stop()

@@ -3,19 +3,27 @@ on the bytes.
 
 A secret can reach a run's files two ways: under a key that names it (``env_args.api_key``,
 ``headers.authorization``) or as the value of an environment variable that the run used
-(``OPENAI_API_KEY``, ``HF_TOKEN``) turning up in some text. :class:`Redactor` replaces both, and
-:meth:`Redactor.check` refuses bytes that still hold a known secret value, so a file nobody
-thought to redact fails loudly instead of leaking. Run records (``run_config.json``, the resume
-index in ``.pytest_cache``) hold a slow hash of each secret setting, and of the
-``user:password`` of each URL, instead of its value (:func:`mask_config`), so the answer key
-still changes when a secret does.
+(``OPENAI_API_KEY``, ``HF_TOKEN``) turning up in some text -- a server that echoes the request's
+``Authorization`` header in its error message, for one. :class:`Redactor` knows the secret
+values a session holds (``collect.context.session_redactor``, then each benchmark's settings)
+and replaces them, as written and in the escaped forms text takes on its way out (JSON and
+Python string escapes, URL and HTML encoding); :meth:`Redactor.check` refuses bytes that still
+hold one, so a file nobody thought to redact fails loudly instead of leaking. Run records
+(``run_config.json``, the resume index in ``.pytest_cache``) hold a slow hash of each secret
+setting, and of the ``user:password`` of each URL, instead of its value (:func:`mask_config`),
+so the answer key still changes when a secret does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
+import json
+import logging
 import os
 import re
+import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -35,51 +43,286 @@ SECRET_NAME = re.compile(
     r"|authorization|auth|bearer)$",
     re.IGNORECASE,
 )
-#: ``scheme://user:password@host``: the user part of a URL (group 1, without the ``@``).
-URL_USERINFO = re.compile(r"(?<=://)([^/@\s\"']+)@")
+#: Environment variable names whose values are secrets however they are named: a name written
+#: in capitals that ends in ``_KEY`` (``AZURE_OPENAI_KEY``, ``MISTRAL_KEY``); ``answer_key`` in
+#: a benchmark's ``env_args`` is a setting, not a secret.
+SECRET_VARIABLE = re.compile(r"(?:^|_)KEYS?$")
+#: ``scheme://user:password@host``: the credentials of a URL (group 1, without the ``@``).
+URL_USERINFO = re.compile(r"(?<=://)([^/@\s\"':]*:[^/@\s\"']+)@")
 #: Environment values shorter than this are not searched for (too many false matches).
 MIN_SECRET_LENGTH = 8
+#: Characters no encoding of :func:`secret_forms` changes, and the shortest run of them in a
+#: secret worth a fast first check of a text (see ``Redactor.text``).
+_PLAIN = re.compile(r"[A-Za-z0-9]+")
+MIN_CORE_LENGTH = 4
 
 
 #: A camelCase word boundary (``authToken``, ``openaiApiKey``): read as ``_``.
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
+#: Variables the plugin itself reads credentials from (Modal, the vLLM server's key, the Hub),
+#: secret whatever :func:`is_secret_name` says of their names (``MODAL_TOKEN_ID``).
+KNOWN_SECRET_VARIABLES = (
+    "OPENAI_API_KEY",
+    "MODAL_TOKEN_ID",
+    "MODAL_TOKEN_SECRET",
+    "MODAL_PROXY_TOKEN_ID",
+    "MODAL_PROXY_TOKEN_SECRET",
+    "VLLM_API_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+)
+#: ``env_args`` keys whose value names an environment variable holding a secret (a v1 judge's
+#: ``api_key_var``), and keys whose mapping's values do (``headers_from_env``: header ->
+#: variable).
+VARIABLE_NAME_KEYS = re.compile(r"(?:^|_)(?:key|token|secret)_(?:var|env)$", re.IGNORECASE)
+VARIABLE_MAP_KEYS = frozenset({"headers_from_env"})
+
+
 def is_secret_name(name: str) -> bool:
+    """Whether a key or variable called ``name`` holds a secret (see :data:`SECRET_NAME`; an
+    environment-style name in capitals ending in ``_KEY`` too)."""
+    if name.isupper() and SECRET_VARIABLE.search(name):
+        return True
     return bool(SECRET_NAME.search(_CAMEL.sub("_", name)))
 
 
+def _escapes(text: str) -> set[str]:
+    """``text`` as each encoding on the way out writes it: JSON (ASCII and not; as PHP writes
+    it, with ``\\/``; as Go does, with ``<>&`` as ``\\u003c``...; every character but letters
+    and digits as ``\\uXXXX``, either case), a Python ``repr`` (either quote), URL (path and
+    form) and HTML."""
+    ascii_json = json.dumps(text)[1:-1]
+    unicode_json = json.dumps(text, ensure_ascii=False)[1:-1]
+    return {
+        ascii_json,
+        unicode_json,
+        ascii_json.replace("/", "\\/"),
+        unicode_json.translate(_GO_ESCAPES),
+        _escape_all(text, "{:04x}"),
+        _escape_all(text, "{:04X}"),
+        repr(text)[1:-1],
+        repr(f"'\"{text}")[4:-1],  # quoted with ', escaping it
+        urllib.parse.quote(text, safe=""),
+        urllib.parse.quote_plus(text, safe=""),
+        html.escape(text),
+        html.escape(text, quote=False),
+    }
+
+
+_GO_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+
+
+def _escape_all(text: str, digits: str) -> str:
+    """``text`` as JSON with every character but ASCII letters and digits written as
+    ``\\uXXXX`` (UTF-16 code units, hex ``digits`` in either case)."""
+    data = text.encode("utf-16-be", "surrogatepass")
+    units = (int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2))
+    return "".join(
+        chr(u) if u < 128 and chr(u).isalnum() else "\\u" + digits.format(u) for u in units
+    )
+
+
+def secret_forms(value: str) -> set[str]:
+    """``value`` and the forms it takes through one or two encodings (a key echoed in a JSON
+    error body, quoted again in an exception's ``repr``, then written to a JSON file)."""
+    once = _escapes(value) | {value}
+    return once | {twice for form in once for twice in _escapes(form)}
+
+
 class Redactor:
-    """Replaces secrets in JSON values and text; ``values`` are the secret strings to find."""
+    """Replaces secrets in JSON values and text; ``values`` are the secret strings to find.
+
+    One per process of a session (``collect.context.session_redactor``), learning more as
+    benchmarks load (:meth:`learn`, :meth:`learn_env_args`); the plugin hands it to
+    everything that writes or prints.
+    """
 
     def __init__(self, values: Iterable[str] = ()) -> None:
-        found = {v for v in values if len(v) >= MIN_SECRET_LENGTH}
-        # Longest first, so a secret containing another is replaced whole.
-        self.values = sorted(found, key=len, reverse=True)
+        self.values: list[str] = []
+        self._lock = threading.Lock()
+        self._forms: list[str] = []
+        self._pattern: re.Pattern[str] | None = None
+        # A part of each secret that every form keeps (letters, digits, - and _): text without
+        # any of them holds no secret, and is not searched further. None: some secret has none.
+        self._cores: list[str] | None = []
+        self.learn(values)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Redactor:
-        """Secrets are the values of environment variables with secret-looking names."""
+    def from_environ(
+        cls, environ: Mapping[str, str] | None = None, names: Iterable[str] = ()
+    ) -> Redactor:
+        """Secrets are the values of environment variables with secret-looking names, of
+        :data:`KNOWN_SECRET_VARIABLES` and of ``names``."""
         env = os.environ if environ is None else environ
-        return cls(value.strip() for name, value in env.items() if is_secret_name(name))
+        redactor = cls(value for name, value in env.items() if is_secret_name(name))
+        redactor.learn_variables([*KNOWN_SECRET_VARIABLES, *names], env)
+        return redactor
+
+    def learn(self, values: Iterable[str]) -> None:
+        """Add secret values (too short ones are not searched for: too many false matches)."""
+        found = {v.strip() for v in values if isinstance(v, str)}
+        new = {v for v in found if len(v) >= MIN_SECRET_LENGTH} - set(self.values)
+        if not new:
+            return
+        with self._lock:
+            # Longest first, so a secret containing another is replaced whole.
+            self.values = sorted({*self.values, *new}, key=len, reverse=True)
+            forms = {form for v in self.values for form in secret_forms(v)}
+            self._forms = sorted(
+                (f for f in forms if len(f) >= MIN_SECRET_LENGTH), key=len, reverse=True
+            )
+            self._pattern = re.compile("|".join(map(re.escape, self._forms)))
+            cores = [max(_PLAIN.findall(v) or [""], key=len) for v in self.values]
+            self._cores = cores if all(len(c) >= MIN_CORE_LENGTH for c in cores) else None
+
+    def learn_variables(
+        self, names: Iterable[str], environ: Mapping[str, str] | None = None
+    ) -> None:
+        """Add the values of the environment variables ``names`` (those that are set)."""
+        env = os.environ if environ is None else environ
+        self.learn(env[name] for name in names if env.get(name))
+
+    def learn_env_args(
+        self, env_args: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> None:
+        """Add a benchmark's secret settings: the values under secret-named keys (at any
+        depth), and the values of the variables its judges read keys from (``api_key_var``,
+        ``headers_from_env``)."""
+        values: list[str] = []
+        variables: list[str] = []
+        _find_secrets(env_args, values, variables)
+        self.learn(values)
+        self.learn_variables(variables, environ)
 
     def text(self, text: str) -> str:
-        for value in self.values:
-            text = text.replace(value, REDACTED)
+        pattern = self._pattern
+        if pattern is not None and len(text) >= MIN_SECRET_LENGTH and self._may_hold(text):
+            text = pattern.sub(REDACTED, text)
         return _replace_url_userinfo(text, lambda _: REDACTED)
 
-    def json(self, value: Any) -> Any:
-        """A copy of ``value`` with secret-named keys' values and secret strings replaced."""
+    def to_json(self) -> dict[str, Any]:
+        """What another process needs to redact text as :meth:`text` does (the forms to find,
+        the fast first check, the URL credentials pattern): handed to the supervisor of a local
+        vLLM through a pipe, never its command line or environment."""
+        return {
+            "forms": list(self._forms),
+            "cores": self._cores,
+            "userinfo": URL_USERINFO.pattern,
+            "replacement": REDACTED,
+        }
+
+    def _may_hold(self, text: str) -> bool:
+        if self._cores is None:
+            return True
+        return any(core in text for core in self._cores)
+
+    def json(
+        self, value: Any, by_name: bool = True, default: Callable[[Any], Any] | None = None
+    ) -> Any:
+        """A copy of ``value`` with secret strings replaced and, ``by_name``, the values under
+        secret-named keys too (a run's records keep what the model wrote under any key).
+        ``default`` turns what is not JSON (a pydantic message) into JSON first, as
+        ``json.dumps(default=...)`` would."""
+        if not by_name:
+            # One pass in C first: most values (a run's records) hold nothing to replace.
+            try:
+                probe = json.dumps(value, default=default or repr, ensure_ascii=False)
+            except (TypeError, ValueError):  # keys json cannot write: look at every string
+                probe = "://"
+            if "://" not in probe and (self._pattern is None or not self._may_hold(probe)):
+                return value
+            return _replace_strings(value, self.text, default)
         return _replace_secrets(value, lambda _: REDACTED, self.text)
 
     def check(self, name: str, data: bytes) -> None:
         """Raise if ``data`` (a file about to leave this machine) holds a known secret."""
-        for value in self.values:
-            if value.encode() in data:
+        for form in self._forms:
+            if form.encode() in data:
                 raise ShareError(
-                    f"{name} still contains the value of a secret environment variable after "
-                    "redaction; nothing was shared. Remove the secret from the run's files."
+                    f"{name} still contains the value of a secret environment variable or "
+                    "setting after redaction; nothing was shared. Remove the secret from the "
+                    "run's files."
                 )
+
+
+def redact(record: logging.LogRecord, redactor: Redactor) -> None:
+    """Replace the secrets in ``record``'s formatted message, traceback and stack in place."""
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call: logging reports it when a handler formats it
+        return
+    clean = redactor.text(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    # A traceback is formatted here only when it holds a secret: otherwise each handler still
+    # formats it its own way.
+    shown = record.exc_text
+    if record.exc_info and not shown:
+        shown = logging.Formatter().formatException(record.exc_info)
+    if shown and redactor.text(shown) != shown:
+        record.exc_text = redactor.text(shown)
+    if record.stack_info:
+        record.stack_info = redactor.text(record.stack_info)
+
+
+def _find_secrets(value: Any, values: list[str], variables: list[str]) -> None:
+    """Collect the strings under secret-named keys of ``value`` into ``values`` and the
+    variable names under :data:`VARIABLE_NAME_KEYS` / :data:`VARIABLE_MAP_KEYS` into
+    ``variables``."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            name = str(key)
+            if VARIABLE_NAME_KEYS.search(name) and isinstance(item, str):
+                variables.append(item)
+            elif name in VARIABLE_MAP_KEYS and isinstance(item, Mapping):
+                variables.extend(str(v) for v in item.values())
+            elif is_secret_name(name):
+                values.extend(_strings(item))
+            else:
+                _find_secrets(item, values, variables)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _find_secrets(item, values, variables)
+    elif isinstance(value, str):
+        match = URL_USERINFO.search(value)
+        if match:
+            values.append(match.group(1).partition(":")[2])
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, (list, tuple)):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _replace_strings(
+    value: Any, string: Callable[[str], str], default: Callable[[Any], Any] | None
+) -> Any:
+    """A copy of the JSON-like ``value`` with every string ``s`` (keys too) as ``string(s)``;
+    any other object is ``default(object)``, replaced in turn."""
+    kind = type(value)
+    if kind is str:
+        return string(value)
+    if value is None or kind in _SCALARS:
+        return value
+    if kind is dict or isinstance(value, Mapping):
+        return {string(str(k)): _replace_strings(v, string, default) for k, v in value.items()}
+    if kind is list or isinstance(value, (list, tuple)):
+        return [_replace_strings(v, string, default) for v in value]
+    if isinstance(value, str):
+        return string(value)
+    if isinstance(value, (bool, int, float)):
+        return value
+    return value if default is None else _replace_strings(default(value), string, default)
+
+
+_SCALARS = frozenset({bool, int, float})
 
 
 #: Salt of :func:`keyed`: fixed, so equal secrets give equal keys on every machine.
@@ -107,6 +350,18 @@ def redact_args(args: Iterable[Any]) -> list[Any]:
     return _replace_secret_args(args, lambda _: REDACTED)
 
 
+def secret_arg_values(args: Iterable[Any]) -> list[str]:
+    """The values of a command line's secret-named flags (``--api-key X``, ``--hf-token=X``)."""
+    found: list[str] = []
+
+    def keep(value: str) -> str:
+        found.append(value)
+        return value
+
+    _replace_secret_args(args, keep)
+    return found
+
+
 def _replace_secret_args(args: Iterable[Any], replace: Callable[[str], str]) -> list[Any]:
     out: list[Any] = []
     secret_next = False
@@ -125,6 +380,22 @@ def _replace_secret_args(args: Iterable[Any], replace: Callable[[str], str]) -> 
                 secret_next = True
         out.append(arg)
     return out
+
+
+def holds_secret(key: str, value: Any) -> bool:
+    """Whether setting the dotted ``key`` to ``value`` writes a secret: a secret-named part of
+    the key, a secret-named key inside the value, a URL with a password or a secret flag's
+    value (``--api-key X``) in it."""
+    if any(is_secret_name(part) for part in key.split(".")):
+        return True
+    redacted = _replace_secrets(
+        {"value": value},
+        lambda _: REDACTED,
+        lambda text: _replace_url_userinfo(text, lambda _: REDACTED),
+    )["value"]
+    if isinstance(value, list):
+        redacted = redact_args(redacted)
+    return bool(redacted != value)
 
 
 def mask_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,6 +429,8 @@ def _replace_secrets(value: Any, secret: Callable[[Any], Any], string: Callable[
 
 def _replace_url_userinfo(text: str, replace: Callable[[str], str]) -> str:
     """``text`` with the ``user:password`` of every URL in it replaced by ``replace(it)``."""
+    if "://" not in text:
+        return text
     return URL_USERINFO.sub(lambda match: f"{replace(match.group(1))}@", text)
 
 

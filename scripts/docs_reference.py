@@ -1,7 +1,8 @@
-"""Reference tables generated from the code, for the docs site (an mkdocs hook).
+"""Reference tables generated from the code, written into the Markdown pages under ``docs/``.
 
-``mkdocs.yml`` lists this file under ``hooks:``. A page that contains one of the markers below
-gets the table in its place when the site is built, so the reference cannot drift from the code:
+A page that contains one of the markers below holds the table between it and its end marker
+(``<!-- end of reference: NAME -->``), so the reference reads the same in the repository as on
+the site and cannot drift from the code:
 
 - ``<!-- reference: benchmark-yaml -->``: every key of a benchmark YAML, from the pydantic
   models in ``pytest_modal_eval/config/schema.py`` (type, default, constraints, description);
@@ -12,8 +13,10 @@ gets the table in its place when the site is built, so the reference cannot drif
   ``pytest_modal_eval/runs/record.py`` (checked against what ``rollout_record`` writes);
 - ``<!-- reference: modules -->``: every module with the first paragraph of its docstring.
 
-``tests/test_docs_reference.py`` checks that every field, option and hook appears and that every
-benchmark field has a description. Run ``uv run mkdocs build --strict`` to build the site.
+``uv run python scripts/docs_reference.py`` rewrites the tables (``--check``: only says which
+pages are stale, exit status 1). ``tests/test_docs_reference.py`` fails when a page is stale and
+checks that every field, option and hook appears. ``mkdocs.yml`` also lists this file under
+``hooks:``, so a site built from a stale page still shows the current tables.
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ from pytest_modal_eval.config.schema import BenchmarkConfig
 from pytest_modal_eval.runs.record import RolloutRecord, field_docs, rollout_record
 
 MARKER = re.compile(r"<!-- reference: ([a-z-]+) -->")
+#: A marker with the table generated after it, up to its end marker.
+REGION = re.compile(
+    r"<!-- reference: (?P<name>[a-z-]+) -->(?:.*?<!-- end of reference: (?P=name) -->)?", re.S
+)
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 # --- benchmark YAML --------------------------------------------------------------------------
@@ -328,15 +336,26 @@ GENERATORS = {
 
 
 def render(markdown: str) -> str:
-    """Replace every reference marker; an unknown marker is an error, not a silent gap."""
+    """Each marker followed by its current table and end marker (a table already there is
+    replaced); an unknown marker is an error, not a silent gap."""
 
     def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
+        name = match.group("name")
         if name not in GENERATORS:
             raise ValueError(f"unknown reference marker {name!r}; known: {', '.join(GENERATORS)}")
-        return GENERATORS[name]()
+        table = GENERATORS[name]().strip("\n")
+        return f"<!-- reference: {name} -->\n\n{table}\n\n<!-- end of reference: {name} -->"
 
-    return MARKER.sub(replace, markdown)
+    return REGION.sub(replace, markdown)
+
+
+def stale_pages(docs: Path = DOCS) -> list[Path]:
+    """The pages whose generated tables differ from what the code generates now."""
+    return [
+        page
+        for page in sorted(docs.glob("*.md"))
+        if render(text := page.read_text(encoding="utf-8")) != text
+    ]
 
 
 def on_page_markdown(markdown: str, page: Page, **kwargs: Any) -> str:
@@ -345,3 +364,19 @@ def on_page_markdown(markdown: str, page: Page, **kwargs: Any) -> str:
         return render(markdown)
     except ValueError as exc:
         raise PluginError(f"{page.file.src_path}: {exc}") from exc
+
+
+def main(argv: list[str]) -> int:
+    """Rewrite the stale pages (``--check``: only name them); exit status 1 when any was."""
+    stale = stale_pages()
+    for page in stale:
+        if "--check" not in argv:
+            page.write_text(render(page.read_text(encoding="utf-8")), encoding="utf-8")
+        print(f"{'stale' if '--check' in argv else 'rewritten'}: {page.relative_to(DOCS.parent)}")
+    return 1 if stale and "--check" in argv else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

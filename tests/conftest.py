@@ -15,6 +15,7 @@ import pytest
 
 from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.collect import item_run  # noqa: F401  (see below)
+from tests.support.hub_server import HubServer
 from tests.support.openai_server import DEFAULT_SETTINGS
 
 # pytester's in-process runs (`project.run`) drop the modules first imported during them, and
@@ -202,6 +203,26 @@ def project(
     ):
         monkeypatch.delenv(var, raising=False)
     return BenchmarkProject(pytester, fake_server)
+
+
+HUB_TOKEN = "hf_fake_write_token_0123456789"
+
+
+@pytest.fixture
+def hub_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubServer]:
+    """A local stand-in for the Hugging Face Hub (tests/support/hub_server.py), with the
+    environment pointing huggingface_hub at it and ``HF_TOKEN`` set to :data:`HUB_TOKEN`."""
+    server = HubServer(HUB_TOKEN)
+    url = server.start()
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    # Xet storage is not spoken by the local server; this makes huggingface_hub use Git LFS.
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True)
+    yield server
+    server.stop()
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

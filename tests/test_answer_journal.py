@@ -7,6 +7,7 @@ received) is in tests/test_resume.py; here the file format and DirectOpenAI's us
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -20,11 +21,11 @@ from pytest_modal_eval.client.answer_journal import (
     current_example,
     request_key,
 )
+from pytest_modal_eval.redact import REDACTED, Redactor
 from tests.test_direct_client import BODY, PATH, ScriptedServer, direct, sdk_client
 from tests.test_direct_client import Answer as Scripted
 
 CONTENT_TYPE = (b"Content-Type", b"application/json")
-GZIP = (b"Content-Encoding", b"gzip")
 COOKIE = (b"Set-Cookie", b"session=s3cr\xe9t")  # not needed to read the body: not stored
 
 
@@ -70,13 +71,70 @@ def test_answers_of_unfinished_examples_are_replayed_once_each_in_order(tmp_path
     assert not path.exists()  # no answer in it is needed any more
 
 
-def test_the_encoding_header_is_kept_with_the_raw_body(tmp_path: Path) -> None:
+def test_a_compressed_answer_is_journaled_decoded_and_replayed_the_same(tmp_path: Path) -> None:
+    """The journal holds the body as the client read it (so its text can be redacted), without
+    the encoding header; the replayed answer reads the same as the compressed one did."""
     path = tmp_path / "answers.journal"
-    journal = AnswerJournal(path, nothing_finished)
-    compressed = Answer(200, (GZIP, CONTENT_TYPE), bytes(range(256)) + b"\n\n")
-    journal.record(4, "k", compressed)
+
+    async def read(journal: AnswerJournal) -> tuple[bytes, int]:
+        server = ScriptedServer([Scripted(gzip=True)])
+        url = await server.__aenter__()
+        client = direct(sdk_client(url, max_retries=0), journal=journal)
+        try:
+            current_example.set(4)
+            response = await client.post(PATH, body=BODY, cast_to=httpx.Response, options={})
+        finally:
+            await client.close()
+            await server.__aexit__()
+        return bytes(response.content), len(server.seen)
+
+    first, sent = asyncio.run(read(AnswerJournal(path, nothing_finished)))
+    assert sent == 1 and json.loads(first)["choices"][0]["message"]["content"] == "4"
+    assert first in path.read_bytes() and b"gzip" not in path.read_bytes().lower()
+    replayed, sent_again = asyncio.run(read(AnswerJournal(path, nothing_finished)))
+    assert (replayed, sent_again) == (first, 0)
+
+
+#: A key with a quote and a backslash: the answer's JSON holds it escaped.
+ECHOED = 'sk-"echo\\ed"-MARK'
+
+
+def _completion(content: str, **extra: object) -> bytes:
+    choice = {"index": 0, "message": {"role": "assistant", "content": content}}
+    return json.dumps({"id": "c", "choices": [choice], **extra}).encode()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _completion(f"the key is {ECHOED}, sent to https://bob:pw-1234567@h/"),
+        _completion(f"Grüße ✓ {ECHOED!r}", usage={"prompt_tokens": 3}),
+        b"plain text " + ECHOED.encode() + b" \xff",
+    ],
+    ids=["json", "json-with-a-repr", "not-json"],
+)
+def test_answers_are_journaled_redacted_as_records_are(tmp_path: Path, body: bytes) -> None:
+    """A server that echoes the key in an answer's text: the journal holds it redacted, and
+    what is replayed parses to what the run's records hold of the answer itself."""
+    redactor = Redactor([ECHOED])
+    path = tmp_path / "answers.journal"
+    journal = AnswerJournal(path, nothing_finished, redactor)
+    journal.record(1, "k", Answer(200, (CONTENT_TYPE,), body))
+    journal.record(1, "plain", answer("nothing secret here"))
     journal.close()
-    assert AnswerJournal(path, nothing_finished).replay(4, "k") == compressed
+    assert b"MARK" not in path.read_bytes() and b"pw-1234567" not in path.read_bytes()
+    reopened = AnswerJournal(path, nothing_finished, redactor)
+    replayed = reopened.replay(1, "k")
+    assert replayed is not None and REDACTED.encode() in replayed.content
+    assert reopened.replay(1, "plain") == stored("nothing secret here")  # kept byte for byte
+    if body.startswith(b"{"):
+        # What the run records of the answer (records are redacted) is what the replay gives.
+        recorded = redactor.json(json.loads(body), by_name=False)
+        assert json.loads(replayed.content) == recorded
+        assert redactor.json(json.loads(replayed.content), by_name=False) == recorded
+    else:
+        text = body.decode("utf-8", "surrogateescape")
+        assert replayed.content == redactor.text(text).encode("utf-8", "surrogateescape")
 
 
 def test_a_torn_last_record_is_cut_off_and_appending_goes_on(tmp_path: Path) -> None:
@@ -201,3 +259,27 @@ def test_an_unusable_journal_path_only_warns(
     assert journal.replay(1, "k") is None
     assert "answer journal" in caplog.text and path.is_dir()
     assert journal.problem is not None and str(path) in journal.problem
+
+
+def test_finished_says_whether_an_example_was_answered_from_the_journal_only(
+    tmp_path: Path,
+) -> None:
+    """What the progress rate leaves out: an example whose every answer was replayed is no
+    work of this session; one that also asked the server is."""
+    path = tmp_path / "answers.journal"
+    journal = AnswerJournal(path, nothing_finished)
+    key = request_key("chat/completions", b'{"q":1}')
+    for example in (1, 2):
+        journal.record(example, key, answer(f"example {example}"))
+    journal.close()
+
+    reopened = AnswerJournal(path, nothing_finished)
+    assert reopened.replay(1, key) == stored("example 1")
+    assert reopened.replay(2, key) == stored("example 2")
+    reopened.record(2, request_key("chat/completions", b'{"q":2}'), answer("a second turn"))
+    reopened.record(3, key, answer("example 3"))
+    assert reopened.finished(1) is True
+    assert reopened.finished(2) is False
+    assert reopened.finished(3) is False
+    assert reopened.finished(1) is False  # forgotten once finished
+    reopened.close()

@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 
 from pytest_modal_eval.exceptions import BaselineError
-from pytest_modal_eval.judge.baseline import Baseline
+from pytest_modal_eval.gate.baseline import Baseline
 from pytest_modal_eval.stats.summary import ExampleRewards, compare_paired
 
 CONFTEST = """
 import json
 import pytest
 import yaml
-from pytest_modal_eval.judge.baseline import Baseline, check_baseline
+from pytest_modal_eval.gate.baseline import Baseline, check_baseline
 
 
 def run_benchmark(request, snapshot):
@@ -426,7 +426,7 @@ def test_a_named_baseline_is_the_file_syrupy_names_after_the_item(name: str) -> 
 
     from syrupy.location import PyTestLocation
 
-    from pytest_modal_eval.judge.baseline import BASELINE_NAME_ATTR, BaselineExtension
+    from pytest_modal_eval.gate.baseline import BASELINE_NAME_ATTR, BaselineExtension
 
     def location(**attributes: str) -> PyTestLocation:
         item = SimpleNamespace(

@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from pytest_modal_eval.cli import COMMANDS, main
-from pytest_modal_eval.runs.paths import RunPaths, iter_runs
+from pytest_modal_eval.runs.locate import iter_runs
+from pytest_modal_eval.runs.paths import RunPaths
 from tests.conftest import REPO, BenchmarkProject
 
 
@@ -136,17 +137,20 @@ def test_runs_shows_each_runs_gate_verdict(project: BenchmarkProject) -> None:
 def test_a_verdict_that_cannot_be_recorded_is_a_warning(
     project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_modal_eval.collect import item_run
+    from pytest_modal_eval.gate import record
 
     def read_only(path: Path, value: Any) -> None:
         raise PermissionError(13, "Permission denied", str(path))
 
     project.add("alpha", n=2)
-    monkeypatch.setattr(item_run, "write_json_atomic", read_only)
+    monkeypatch.setattr(record, "write_json_atomic", read_only)
     result = project.run()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["alpha: WARNING: the verdict could not be recorded in *metadata.json: *Permission denied*"]
+        [
+            "alpha (test-model): WARNING: the verdict could not be recorded in *metadata.json: "
+            "*Permission denied*"
+        ]
     )
 
 
@@ -159,18 +163,20 @@ def test_a_resumed_run_is_incomplete_until_its_session_ends(project: BenchmarkPr
     (before,) = as_json(cli("runs", "--json"))
     assert before["state"] == "with errors" and before["done"] < 12
 
-    project.server.configure(fail_rate=0.0, delay=0.3)
+    # The resumed session gets exactly one more answer; its next request is held until the
+    # kill, so the run cannot finish first however slow this machine is.
+    project.server.configure(fail_rate=0.0, hold_after=project.server.stats()["chat_requests"] + 1)
     kill_partway(project, "evals/flaky.yaml", after=before["done"] + 1)
     (killed,) = as_json(cli("runs", "--json"))
     assert killed["run_id"] == before["run_id"]
     assert killed["state"] == "incomplete", killed
-    assert before["done"] < killed["done"] < 12 and killed["total"] == 12
+    assert killed["done"] == before["done"] + 1 and killed["total"] == 12
     assert f"incomplete {killed['done']} of 12" in cli("runs").stdout
     paths = RunPaths(Path(killed["dir"]))
     assert not paths.finished() and not paths.results.exists()
     assert len({r["example_id"] for r in paths.records() if not r.get("error")}) >= killed["done"]
 
-    project.server.configure(delay=0.0)
+    project.server.configure(hold_after=None)
     project.run("evals/flaky.yaml").assert_outcomes(passed=1)
     (after,) = as_json(cli("runs", "--json"))
     assert (after["run_id"], after["state"], after["done"]) == (before["run_id"], "complete", 12)
@@ -225,7 +231,7 @@ def test_show_killed_run_reads_the_checkpoint(outputs: Path) -> None:
 def test_show_unknown_run_exits_1(outputs: Path) -> None:
     result = CliRunner().invoke(main, ["show", "no-such-run"])
     assert result.exit_code == 1
-    assert "no run 'no-such-run'" in result.output
+    assert "no-such-run: no such directory, nor a run id in " in result.output
 
 
 def test_benchmarks_lists_collected_files(project: BenchmarkProject) -> None:
@@ -334,6 +340,7 @@ def test_run_layout_is_read_through_run_paths(outputs: Path) -> None:
 def test_project_reads_ini_as_pytest_does(tmp_path: Path, name: str, text: str) -> None:
     """Pins the private pytest API cli/project.py uses (``determine_setup`` and the
     ``ConfigValue`` it returns): this fails loudly if pytest changes it."""
+    from pytest_modal_eval.cli.common import resolve_output_dir
     from pytest_modal_eval.cli.project import Project
 
     (tmp_path / name).write_text(text)
@@ -341,9 +348,9 @@ def test_project_reads_ini_as_pytest_does(tmp_path: Path, name: str, text: str) 
     project = Project.find(tmp_path / "sub")
     assert project.rootdir == tmp_path and project.inipath == tmp_path / name
     assert project.ini_lines("modal_eval_files", []) == ["b/*.yaml"]
-    assert project.output_dir(None, environ={}) == tmp_path / "sub" / "out"
-    assert project.output_dir(None, environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/x")
-    assert project.output_dir("/y", environ={"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/y")
+    assert resolve_output_dir(None, project, environ={}) == tmp_path / "sub" / "out"
+    assert resolve_output_dir(None, project, {"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/x")
+    assert resolve_output_dir("/y", project, {"MODAL_EVAL_OUTPUT_DIR": "/x"}) == Path("/y")
 
 
 @pytest.mark.parametrize(
@@ -352,14 +359,13 @@ def test_project_reads_ini_as_pytest_does(tmp_path: Path, name: str, text: str) 
         (["report", "{path}", "-o", "{tmp}/r.html"], 1),
         (["push", "{path}", "--to", "org/evals"], 1),
         (["compare", "{path}", "{tmp}"], 2),  # 1 is compare's "significant drop"
-        (["compare", "{tmp}", "{path}"], 2),
     ],
 )
 @pytest.mark.parametrize("kind", ["missing", "file"])
 def test_a_run_path_that_is_not_a_directory_is_the_commands_error(
     tmp_path: Path, command: list[str], status: int, kind: str
 ) -> None:
-    """Every command taking run paths names the path and the fix in one line, with the exit
+    """Every command taking runs names the path (or id) and the fix in one line, with the exit
     status it gives any run it cannot use (never click's usage error)."""
     path = tmp_path / "outputs" / "evals" / "no-such-run"
     if kind == "file":
@@ -370,7 +376,8 @@ def test_a_run_path_that_is_not_a_directory_is_the_commands_error(
     assert result.exit_code == status, result.output
     problem = "no such directory" if kind == "missing" else "not a directory"
     (line,) = result.output.strip().splitlines()
-    assert line.startswith(f"Error: {path}: {problem}; give ")
+    assert line.startswith(f"Error: {path}: {problem}, nor a run id in ")
+    assert "; give a run id (or a unique prefix) or a run directory" in line
     assert "pytest-modal-eval runs --json" in line
 
 
@@ -380,5 +387,45 @@ def test_show_names_the_fix_for_an_unknown_run(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
-    assert f"no run '{tmp_path / 'missing'}' in {tmp_path}; give a run id" in line
+    assert f"{tmp_path / 'missing'}: no such directory, nor a run id in {tmp_path}; give" in line
     assert "pytest-modal-eval runs --json" in line
+
+
+def test_doctor_reads_the_key_variable_from_the_ini_as_pytest_does(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--api-key-env`` unset: the key is read from the variable ini ``modal_eval_api_key_env``
+    names, as a run, ``show``, ``report`` and ``push`` read it; the option still wins."""
+    project.pytester.makeini(
+        "[pytest]\naddopts = -p no:randomly\nmodal_eval_api_key_env = GATEWAY_KEY\n"
+    )
+    project.server.configure(require_key="gateway-secret")
+    monkeypatch.setenv("GATEWAY_KEY", "gateway-secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "wrong-key")
+    args = ["doctor", "--no-modal", "--base-url", project.server.base_url, "--model", "test-model"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "ok   endpoint" in result.stdout
+    result = CliRunner().invoke(main, [*args, "--api-key-env", "OPENAI_API_KEY"])
+    assert result.exit_code == 1
+    assert "answered HTTP 401" in result.stdout and "$OPENAI_API_KEY" in result.stdout
+    assert "gateway-secret" not in result.stdout and "wrong-key" not in result.stdout
+
+
+def test_the_output_directory_has_one_rule_and_reads_the_ini_only_when_it_decides() -> None:
+    """The plugin and every command resolve the output directory through one function, which
+    looks for the ini file only when neither the option nor the environment decides."""
+    from pytest_modal_eval.config.locations import output_dir_from
+
+    asked: list[str] = []
+
+    def ini() -> str:
+        asked.append("ini")
+        return "from-ini"
+
+    assert output_dir_from("/opt", ini, Path("/w"), {"MODAL_EVAL_OUTPUT_DIR": "/e"}) == Path("/opt")
+    assert output_dir_from(None, ini, Path("/w"), {"MODAL_EVAL_OUTPUT_DIR": "/e"}) == Path("/e")
+    assert asked == []
+    assert output_dir_from(None, ini, Path("/w"), {}) == Path("/w/from-ini")
+    assert output_dir_from(None, lambda: "", Path("/w"), {}) == Path("/w/outputs/evals")
+    assert asked == ["ini"]

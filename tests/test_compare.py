@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from pytest_modal_eval.report.format import describe_detectable
 from pytest_modal_eval.stats import power
+from pytest_modal_eval.stats.format import describe_detectable
 from pytest_modal_eval.stats.pass_k import default_ks, pass_at_k, per_example
 from pytest_modal_eval.stats.summary import compare_paired
 from tests.conftest import BenchmarkProject, arithmetic_rows
@@ -89,6 +89,88 @@ def test_comparison_line_and_flips_each_way(project: BenchmarkProject) -> None:
     assert "reference_model" not in properties(project, "alpha--test-model")
     stats = project.server.stats()
     assert stats[f"chat_requests:{REFERENCE}"] == N and stats[f"chat_requests:{CHALLENGER}"] == N
+
+
+def test_metadata_records_the_comparison_the_summary_prints(project: BenchmarkProject) -> None:
+    project.add("alpha", n=N, gate="gate: {min_avg_reward: 0.1}")
+    result = project.run(*two_models(project, 0.9, 0.6), "--junitxml=report.xml")
+    result.assert_outcomes(passed=2)
+    runs = project.pytester.path / "outputs" / "evals"
+    # Run directories only (the benchmark's directory also holds its lock file).
+    (reference_run,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
+    (challenger_run,) = [
+        p for p in (runs / f"alpha--default--{CHALLENGER}").iterdir() if p.is_dir()
+    ]
+    meta = json.loads((challenger_run / "metadata.json").read_text())
+    c = meta["vs_reference"]
+    assert c["reference_model"] == REFERENCE
+    assert c["reference_run_id"] == reference_run.name
+    assert c["reference_run_dir"] == f"../../alpha--default--test-model/{reference_run.name}"
+    # The numbers the summary prints and the JUnit properties carry.
+    line = next(x for x in result.stdout.lines if "(reference): reference" in x)
+    assert (
+        f"reference {c['reference_mean']:.3f} -> this model {c['run_mean']:.3f} over "
+        f"{c['n_shared']} shared examples: diff {c['diff']:+.3f} (90% CI "
+        f"[{c['diff_ci_low']:.3f}, {c['diff_ci_high']:.3f}]), one-sided p = "
+        f"{c['p_value']:.4f} ({c['test']}; alpha 0.05, max_drop 0); a drop under "
+        f"{c['detectable_drop']:.3f} is not detectable at {N} examples"
+    ) in line
+    props = properties(project, f"alpha--{CHALLENGER}")
+    for name in ("diff", "diff_ci_low", "diff_ci_high", "p_value", "detectable_drop"):
+        assert float(props[f"reference_{name}"]) == pytest.approx(c[name], abs=1e-6), name
+    assert props["reference_test"] == c["test"]
+    assert props["reference_solved_to_missed"] == ",".join(c["solved_to_missed"])
+    assert props["reference_missed_to_solved"] == ",".join(c["missed_to_solved"])
+    assert c["solved_to_missed"] and c["missed_to_solved"]
+    # The interval beside a one-sided test at alpha 0.05 is two-sided at 1 - 2 alpha.
+    assert (c["diff_ci_level"], c["detectable_drop_power"], c["regressed"]) == (0.90, 0.8, True)
+    # (regressed: significantly worse; without gate.vs_reference it fails nothing.)
+    # The reference's own run records no comparison.
+    assert "vs_reference" not in json.loads((reference_run / "metadata.json").read_text())
+
+
+def test_summary_notes_name_benchmark_and_model_and_are_said_once(
+    project: BenchmarkProject,
+) -> None:
+    gate = "gate: {min_avg_reward: 0.1, vs_reference: {max_drop: 0.0}}"
+    project.add("alpha", n=20, gate=gate)
+    project.add("beta", n=20, gate=gate)
+    result = project.run(*two_models(project, 0.9, 0.9))
+    result.assert_outcomes(passed=4)
+    lines = result.stdout.lines
+    # Four items without a baseline: one line, naming every benchmark and model.
+    notes = [line for line in lines if "no baseline yet" in line]
+    assert notes == [
+        "alpha, beta (test-model, model-b): note: no baseline yet "
+        "(evals/__baselines__/<benchmark>.json); record one with --snapshot-update"
+    ]
+    # A warning of one model's items names that model.
+    warnings = [line for line in lines if "WARNING: vs reference test-model" in line]
+    assert warnings and all(
+        line.startswith(("alpha (model-b): WARNING", "beta (model-b): WARNING",
+                         "alpha, beta (model-b): WARNING"))
+        for line in warnings
+    ), warnings  # fmt: skip
+    # Each item's own lines name its benchmark and model.
+    subjects = [line.split(": server: ")[0] for line in lines if ": server: start-up" in line]
+    assert sorted(subjects) == [
+        "alpha (model-b)", "alpha (test-model)", "beta (model-b)", "beta (test-model)",
+    ]  # fmt: skip
+
+
+def test_summary_notes_of_one_model_name_it_too(project: BenchmarkProject) -> None:
+    project.add("alpha", n=4)
+    project.add("beta", n=4)
+    result = project.run()
+    result.assert_outcomes(passed=2)
+    lines = result.stdout.lines
+    notes = [line for line in lines if "no baseline yet" in line]
+    assert notes == [
+        "alpha, beta (test-model): note: no baseline yet "
+        "(evals/__baselines__/<benchmark>.json); record one with --snapshot-update"
+    ]
+    subjects = [line.split(": server: ")[0] for line in lines if ": server: start-up" in line]
+    assert sorted(subjects) == ["alpha (test-model)", "beta (test-model)"]
 
 
 def test_undefined_figures_of_one_example_are_n_a_in_junit_xml(project: BenchmarkProject) -> None:
@@ -308,6 +390,17 @@ def test_compare_stored_runs_exit_status_and_json(project: BenchmarkProject) -> 
     assert _compare(run_b, run_a)[0] == 0
 
 
+def test_compare_warns_about_max_drop_only_when_given(project: BenchmarkProject) -> None:
+    run_a, run_b = _stored_runs(project, 0.9, 0.9)
+    status, out = _compare(run_a, run_b)
+    assert status == 0, out
+    assert "is not detectable at" in out  # what the test can detect is still said
+    assert "WARNING" not in out and "--max-drop" not in out
+    assert json.loads(_compare(run_a, run_b, "--json")[1])["warnings"] == []
+    status, out = _compare(run_a, run_b, "--max-drop", "0")
+    assert "WARNING: --max-drop 0 is below the smallest drop this comparison can detect" in out
+
+
 def test_compare_refuses_runs_of_different_benchmarks(project: BenchmarkProject) -> None:
     run_a, _ = _stored_runs(project, 0.9, 0.9)
     project.add("beta", n=10, gate="gate: {min_avg_reward: 0.1}")
@@ -316,7 +409,7 @@ def test_compare_refuses_runs_of_different_benchmarks(project: BenchmarkProject)
     status, out = _compare(run_a, str(beta))
     assert status == 2 and "compare runs of one benchmark" in out
     status, out = _compare(run_a, str(project.pytester.path))
-    assert status == 2 and "is not a finished run's directory (no metadata.json)" in out
+    assert status == 2 and "a directory, but not a run's (no run_config.json)" in out
 
 
 def test_adding_a_model_keeps_the_finished_runs_of_the_first(project: BenchmarkProject) -> None:

@@ -33,6 +33,7 @@ class LocalRuns:
         self.starts = starts
         self.stops = starts.with_name("stops.jsonl")
         project.pytester.mkdir(MODEL)
+        (project.pytester.path / MODEL / "config.json").write_text("{}")  # what vLLM loads
 
     def run(self, *extra: str) -> pytest.RunResult:
         # `--opt=VALUE`: pytest picks its rootdir before the plugin's options are known, and
@@ -64,7 +65,7 @@ class LocalRuns:
 
     def server_log_dirs(self) -> list[Path]:
         logs = self.project.pytester.path / "outputs" / "evals" / "logs"
-        return sorted(logs.glob("local-*"))
+        return sorted(logs.glob("*/local-*"))  # logs/<session>/local-<profile>
 
 
 @pytest.fixture
@@ -167,7 +168,7 @@ def test_a_finished_run_starts_no_server(local: LocalRuns, dist: list[str]) -> N
     more = local.run(*dist)
     more.assert_outcomes(passed=2)
     assert len(local.started()) == 2
-    more.stdout.fnmatch_lines(["alpha: resumed: 2/4 examples from run *"])
+    more.stdout.fnmatch_lines(["alpha (fake-model): resumed: 2/4 examples from run *"])
     runs = (local.project.pytester.path / "outputs" / "evals").glob(f"*--local--{MODEL}/*/")
     assert len(list(runs)) == 2  # one run per benchmark, continued
 
@@ -227,7 +228,7 @@ def test_a_server_that_fails_to_start_is_not_retried(local: LocalRuns, dist: lis
     out = result.stdout.str()
     assert out.count("--- last 40 lines ---") == 2
     assert out.count("fake vLLM: ValueError: cannot load model") == 2
-    result.stdout.fnmatch_lines(["*Log: */outputs/evals/logs/local-*/vllm.log*"])
+    result.stdout.fnmatch_lines(["*Log: */outputs/evals/logs/*/local-*/vllm.log*"])
 
 
 def test_modal_without_a_token_is_a_usage_error(
@@ -247,3 +248,26 @@ def test_modal_without_a_token_is_a_usage_error(
     result.stderr.fnmatch_lines(["*No Modal token is configured*", "*modal token new*"])
     assert took < 15, f"the usage error took {took:.1f}s"
     assert not (project.pytester.path / "outputs").exists()
+
+
+def test_the_server_log_holds_no_secret_the_session_knows(
+    local: LocalRuns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server prints the session's secrets (a key, a variable the ini lists, a flag given
+    to vLLM) on stdout and stderr: ``vllm.log`` has each as ``[redacted]``."""
+    monkeypatch.setenv("OPENAI_API_KEY", 'sk-"local"-MARKapikey-0001')
+    monkeypatch.setenv("ACME_SIGNING", "ini-listed-MARKinivar-0002")
+    monkeypatch.setenv("FAKE_VLLM_PRINT_ENV", "OPENAI_API_KEY ACME_SIGNING")
+    local.project.pytester.makeini(
+        "[pytest]\naddopts = -p no:randomly\nmodal_eval_secret_env =\n    ACME_SIGNING\n"
+    )
+    flag = "vllm: {extra_args: [--hf-token, hf-flag-MARKflag-0003]}\n"
+    local.project.add("alpha", n=2, extra_yaml=flag)
+    local.run().assert_outcomes(passed=1)
+    [server_logs] = local.server_log_dirs()
+    log = (server_logs / "vllm.log").read_text()
+    assert "fake vLLM: shutting down" in log  # the whole output was copied
+    shown = "OPENAI_API_KEY=[redacted] ACME_SIGNING=[redacted]"
+    assert f"env {shown}" in log and f"warning: settings {shown}" in log, log
+    assert "'--hf-token', '[redacted]'" in log, log
+    assert "MARK" not in log

@@ -101,3 +101,14 @@ def test_statuses_cross_xdist(project: BenchmarkProject) -> None:
     missed = list(_statuses(project, "alpha").values()).count("missed")
     assert len(re.findall(r"MISSED \[example \d+\]", result.stdout.str())) == missed
     assert f"{missed} subtests missed" in _last_line(result)
+
+
+def test_plugins_reading_every_report_in_the_summary_see_passed_examples(
+    project: BenchmarkProject,
+) -> None:
+    """Passed examples' reports are replaced by a shared stand-in; a plugin that reads each
+    report's ``__dict__`` in its terminal summary (hypothesis's, installed here) still can."""
+    project.add("alpha", n=3)
+    result = project.run_subprocess("-p", "hypothesis")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()

@@ -159,9 +159,9 @@ def test_snapshot_update_without_the_reference_model_says_no_baseline_was_record
     result = project.run(*two_models(project), "--snapshot-update", "-k", "model-b")
     result.stdout.fnmatch_lines(
         [
-            "alpha: note: no baseline recorded: evals/__baselines__/alpha*.json is recorded "
-            "from the reference model test-model only, which this session does not evaluate "
-            "(deselected); select its item too*"
+            "alpha (model-b): note: no baseline recorded: evals/__baselines__/alpha*.json is "
+            "recorded from the reference model test-model only, which this session does not "
+            "evaluate (deselected); select its item too*"
         ]
     )
     assert "being recorded" not in result.stdout.str()
@@ -190,10 +190,10 @@ def test_baselines_named_per_item_are_read_until_the_benchmarks_is_recorded(
     result.stdout.fnmatch_lines_random(
         [
             "*1 snapshot generated*",
-            "alpha: note: baseline recorded (evals/__baselines__/alpha.json); "
+            "alpha (test-model): note: baseline recorded (evals/__baselines__/alpha.json); "
             "evals/__baselines__/alpha--test-model.json is no longer read: git rm it",
-            "alpha: note: baseline evals/__baselines__/alpha*.json is recorded from the "
-            "reference model test-model; not compared while it is being recorded",
+            "alpha (model-b): note: baseline evals/__baselines__/alpha*.json is recorded from "
+            "the reference model test-model; not compared while it is being recorded",
         ]
     )
     assert json.loads((baselines / "alpha.json").read_text())["model"] == "test-model"
@@ -205,7 +205,27 @@ def test_baselines_named_per_item_are_read_until_the_benchmarks_is_recorded(
 
 def test_a_value_that_rounds_to_its_threshold_is_shown_unrounded() -> None:
     """ "mean reward 0.667 < gate.min_avg_reward 0.667" says nothing; the full value does."""
-    from pytest_modal_eval.judge.gate import _unrounded
+    from pytest_modal_eval.gate.verdict import _unrounded
 
     assert _unrounded(2 / 3, 0.667) == " (unrounded: 0.6666666666666666)"
     assert _unrounded(0.5, 0.667) == ""
+
+
+def test_game_payoffs_keep_their_range_and_gate_on_a_negative_threshold(tmp_path) -> None:
+    """Rewards outside [0, 1] (a two-player game's payoffs, -2 .. +2): the interval is not
+    clipped to [0, 1], and a negative gate.min_avg_reward is a threshold like any other."""
+    from pytest_modal_eval.config.schema import GateConfig
+    from pytest_modal_eval.gate.verdict import decide
+    from pytest_modal_eval.runs.outcome import RunOutcome
+    from pytest_modal_eval.stats import summary as stats
+
+    payoffs = [-2.0, -1.0, 1.0, -2.0, 2.0, -1.0, -1.0, 1.0, -2.0, -1.0] * 4
+    summary = stats.summarize({str(i): [p] for i, p in enumerate(payoffs)})
+    assert summary.mean == pytest.approx(-0.6)
+    assert -2.0 <= summary.ci_low < -0.6 < summary.ci_high <= 2.0
+    assert summary.ci_low < 0.0  # not clipped to [0, 1]
+    outcome = RunOutcome(tmp_path, "r", len(payoffs), 1, summary, {}, 0, {}, 0.0)
+    assert decide(outcome, GateConfig(min_avg_reward=-1.0)).passed
+    failed = decide(outcome, GateConfig(min_avg_reward=-0.5))
+    assert not failed.passed
+    assert "mean reward" in failed.reasons[0] and "< gate.min_avg_reward -0.5" in failed.reasons[0]

@@ -1,20 +1,24 @@
-"""The package's modules import each other without cycles.
+"""The package's layers, as docs/architecture.md draws them, and no import cycle.
 
-Every import counts: at module level, inside functions, and under ``TYPE_CHECKING``. A cycle
-held apart only by an import inside a function still ties the two modules together; this test
-keeps the layout a graph a reader can follow from the bottom (config, stats) up (plugin).
+The layer table in docs/architecture.md is read here: an import (at module level or inside a
+function) from a lower layer to a higher one, or between two subpackages of one layer, fails.
+Imports under ``TYPE_CHECKING`` are exempt from the layer rule but count for cycles: a cycle
+held apart only by an import inside a function or an annotation still ties two modules
+together. Together these keep the layout a graph a reader can follow from the bottom up.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 PACKAGE = "pytest_modal_eval"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
 
 
 def module_name(path: Path, root: Path, package: str) -> str:
@@ -24,8 +28,27 @@ def module_name(path: Path, root: Path, package: str) -> str:
     return ".".join([package, *parts])
 
 
-def import_graph(root: Path, package: str) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (anywhere in its body)."""
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, type_checking: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement in ``tree``; those under ``if TYPE_CHECKING:`` only when asked."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
+            for child in node.orelse:
+                yield from _imports(ast.Module(body=[child], type_ignores=[]), type_checking)
+        else:
+            yield from _imports(node, type_checking)
+
+
+def import_graph(root: Path, package: str, type_checking: bool = True) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (anywhere in its body; under
+    ``TYPE_CHECKING`` too unless ``type_checking`` is false)."""
     modules = {module_name(p, root, package): p for p in root.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
 
@@ -37,11 +60,11 @@ def import_graph(root: Path, package: str) -> dict[str, set[str]]:
 
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _imports(ast.parse(path.read_text(), str(path)), type_checking):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 base = node.module or ""
                 if node.level:
                     anchor = name if is_package else name.rpartition(".")[0]
@@ -110,9 +133,311 @@ def _a_cycle(graph: dict[str, set[str]], members: set[str]) -> list[str]:
     return next(walk(start))
 
 
+def unit(module: str, package: str) -> str:
+    """The layer table's name for a module: its subpackage or top-level module (``__init__``
+    for the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def read_layers(markdown: str) -> dict[str, int]:
+    """The ``## Layers`` table of an architecture page: subpackage or module -> its layer."""
+    section = markdown.partition("\n## Layers\n")[2].partition("\n## ")[0]
+    layers: dict[str, int] = {}
+    for number, names in re.findall(r"^\| (\d+) \| ([^|]*) \|", section, re.MULTILINE):
+        for name in re.findall(r"`([^`]+)`", names):
+            layers[name.rstrip("/")] = int(number)
+    return layers
+
+
+def read_pytest_free(markdown: str) -> set[str]:
+    """The ``## Layers`` table's subpackages and modules whose "pytest at run time" is "no"."""
+    section = markdown.partition("\n## Layers\n")[2].partition("\n## ")[0]
+    free: set[str] = set()
+    for names, pytest_column in re.findall(
+        r"^\| \d+ \| ([^|]*) \|[^|]*\| *(yes|no) *\|", section, re.MULTILINE
+    ):
+        if pytest_column == "no":
+            free.update(name.rstrip("/") for name in re.findall(r"`([^`]+)`", names))
+    return free
+
+
+def runtime_pytest_imports(root: Path, package: str, units: set[str]) -> list[str]:
+    """``path:line`` of each import of pytest or ``_pytest`` (at module level or inside a
+    function, not under ``TYPE_CHECKING``) in a module of ``units``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if unit(module_name(path, root, package), package) not in units:
+            continue
+        for node in _imports(ast.parse(path.read_text()), type_checking=False):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            if any(name.split(".")[0] in {"pytest", "_pytest"} for name in names):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The module graph contracted to the layer table's units."""
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        mine = units.setdefault(unit(module, package), set())
+        mine.update(unit(t, package) for t in targets)
+    for name, targets in units.items():
+        targets.discard(name)
+    return units
+
+
+def layer_violations(
+    graph: dict[str, set[str]], layers: dict[str, int], package: str
+) -> Iterable[str]:
+    """Each import that is not from a higher layer to a lower one, and each unit the table
+    does not place."""
+    for module, targets in sorted(graph.items()):
+        source = unit(module, package)
+        if source not in layers:
+            yield f"{source} is in no layer of the table"
+            continue
+        for target in sorted(targets):
+            dest = unit(target, package)
+            if dest != source and dest in layers and layers[dest] >= layers[source]:
+                yield (f"{module} (layer {layers[source]}) imports {target} (layer {layers[dest]})")
+
+
+def test_the_architecture_page_places_every_subpackage() -> None:
+    layers = read_layers(ARCHITECTURE.read_text())
+    units = set(package_graph(import_graph(ROOT, PACKAGE), PACKAGE))
+    assert units - set(layers) == set(), "add these to the table in docs/architecture.md"
+    assert set(layers) - units == set(), "the table names what the package does not have"
+
+
+def test_every_import_points_down_the_layers() -> None:
+    layers = read_layers(ARCHITECTURE.read_text())
+    graph = import_graph(ROOT, PACKAGE, type_checking=False)
+    problems = list(layer_violations(graph, layers, PACKAGE))
+    assert not problems, "imports against docs/architecture.md's layers:\n" + "\n".join(problems)
+
+
 def test_the_package_has_no_import_cycle() -> None:
     cycles = find_cycles(import_graph(ROOT, PACKAGE))
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_subpackages_have_no_import_cycle() -> None:
+    cycles = find_cycles(package_graph(import_graph(ROOT, PACKAGE), PACKAGE))
+    assert not cycles, "cycles between subpackages:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_endpoint_fixture_finds_a_models_identity_without_the_evaluation() -> None:
+    """``eval_endpoint`` needs the model's identity, not the evaluation (verifiers, numpy)."""
+    graph = import_graph(ROOT, PACKAGE)
+    assert f"{PACKAGE}.collect.item_run" not in graph[f"{PACKAGE}.fixtures"]
+    assert f"{PACKAGE}.runs.evaluation" not in graph[f"{PACKAGE}.runs.identity"]
+
+
+def follow_model_steps(markdown: str) -> list[tuple[list[str], list[str]]]:
+    """The ``## Follow `--model``` table: per step, the files it names (the step's own first,
+    then the same step for other backends or APIs) and the names it says carry the model there
+    (the last part of each dotted name)."""
+    section = markdown.partition("\n## Follow `--model`\n")[2].partition("\n## ")[0]
+    steps = []
+    for row in re.findall(r"^\| \d+ \| (.*) \|$", section, re.MULTILINE):
+        quoted = re.findall(r"`([^`]+)`", row)
+        files = [q for q in quoted if q.endswith(".py")]
+        names = [q.rpartition(".")[2] for q in quoted if re.fullmatch(r"[A-Za-z_][\w.]*", q)]
+        steps.append((files, [n for n in names if n != "py"]))
+    return steps
+
+
+#: The most files the model may pass through on its way to the request body.
+MAX_MODEL_STEPS = 8
+
+
+def follow_model_problems(steps: list[tuple[list[str], list[str]]]) -> list[str]:
+    """What is wrong with a ``--model`` path: too many steps, or a file it comes back to."""
+    problems = []
+    if len(steps) > MAX_MODEL_STEPS:
+        problems.append(f"{len(steps)} steps; at most {MAX_MODEL_STEPS}")
+    first_row: dict[str, int] = {}
+    for number, (files, _) in enumerate(steps, 1):
+        if not files:
+            problems.append(f"step {number} names no file")
+        for name in dict.fromkeys(files):
+            if name in first_row:
+                problems.append(f"{name} is step {first_row[name]} and again step {number}")
+            else:
+                first_row[name] = number
+    return problems
+
+
+def test_the_follow_model_path_is_short_and_never_returns() -> None:
+    steps = follow_model_steps(ARCHITECTURE.read_text())
+    assert len(steps) >= 5
+    assert follow_model_problems(steps) == []
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        (["a.py", "b.py", "c.py"], []),
+        (["a.py", "b.py", "a.py"], ["a.py is step 1 and again step 3"]),
+        ([f"f{n}.py" for n in range(9)], ["9 steps; at most 8"]),
+    ],
+)
+def test_a_long_or_returning_model_path_is_found(table: list[str], expected: list[str]) -> None:
+    rows = "\n".join(f"| {n} | `{name}` | `thing` |" for n, name in enumerate(table, 1))
+    page = f"# A page\n\n## Follow `--model`\n\n| step | file | what |\n|---|---|---|\n{rows}\n"
+    assert follow_model_problems(follow_model_steps(page)) == expected
+
+
+def test_the_follow_model_path_names_files_and_names_that_exist() -> None:
+    steps = follow_model_steps(ARCHITECTURE.read_text())
+    for files, names in steps:
+        sources = [(ROOT / f).read_text() for f in files]  # a missing file fails here
+        for name in names:
+            assert any(re.search(rf"\b{name}\b", text) for text in sources), (name, files)
+
+
+@pytest.mark.parametrize("subpackage", ["serving", "client", "stats"])
+def test_servers_clients_and_numbers_do_not_depend_on_pytest(subpackage: str) -> None:
+    """Hooks live in session/; serving, the HTTP client and the statistics are plain objects
+    any caller can drive, without pytest even in their annotations."""
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((ROOT / subpackage).rglob("*.py"))
+        for node in _imports(ast.parse(path.read_text()), type_checking=True)
+        for name in (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        )
+        if name.split(".")[0] in {"pytest", "_pytest"}
+    ]
+    assert not found, found
+
+
+def test_below_the_session_layer_pytest_is_only_an_annotation() -> None:
+    """Layers marked "no" in the table's last column are plain Python: a pytest object they
+    need is handed in by the session layer, which holds every hook (docs/architecture.md)."""
+    free = read_pytest_free(ARCHITECTURE.read_text())
+    assert {"config", "serving", "client", "runs", "report", "share", "stats"} <= free
+    assert not {"collect", "session", "plugin"} & free
+    found = runtime_pytest_imports(ROOT, PACKAGE, free)
+    assert not found, "pytest imported at run time below the session layer:\n" + "\n".join(found)
+
+
+def hook_implementations(root: Path) -> dict[str, list[str]]:
+    """File -> the ``pytest_*`` functions and methods it defines, and each
+    ``pluginmanager.register(...)`` it calls (as ``register``)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = None
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = node.name if node.name.startswith("pytest_") else None
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = ast.unparse(node.func.value)
+                name = (
+                    "register"
+                    if node.func.attr == "register" and "pluginmanager" in owner
+                    else None
+                )
+            if name is not None:
+                found.setdefault(path.relative_to(root).as_posix(), []).append(name)
+    return found
+
+
+def test_every_hook_is_in_the_entry_point_or_the_session_pair() -> None:
+    """plugin.py keeps the hooks that make the plugin and registers the session pair; every
+    other hook is a method of session/worker.py's or session/controller.py's class."""
+    found = hook_implementations(ROOT)
+    assert sorted(found.pop("plugin.py")) == sorted(
+        ["pytest_addoption", "pytest_addhooks", "pytest_configure", "pytest_collect_file"]
+        + ["register"] * 3  # the fixtures module and the two sessions
+    )
+    assert found.pop("hookspecs.py") == ["pytest_modal_eval_finished"]  # a specification
+    assert set(found.pop("session/worker.py")) >= {"pytest_runtest_logreport"}
+    assert set(found.pop("session/controller.py")) >= {"pytest_terminal_summary"}
+    assert found == {}, "hooks or plugin registrations outside plugin.py and session/"
+
+
+def test_a_runtime_pytest_import_below_the_session_layer_is_found(tmp_path: Path) -> None:
+    table = PLANTED_LAYERS.replace("| may import |", "| may import | pytest at run time |")
+    table = table.replace("| nothing |", "| nothing | no |")
+    table = table.replace("| layer 1 |", "| layer 1 | yes |")
+    assert read_pytest_free(table) == {"low", "side"}
+    pkg = tmp_path / "pkg"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import pytest\n")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "annotated.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pytest\n"
+    )
+    (pkg / "low" / "deferred.py").write_text("def f():\n    from _pytest.main import Session\n")
+    (pkg / "side.py").write_text("import pytest.mark\n")
+    (pkg / "high.py").write_text("import pytest\n")
+    found = runtime_pytest_imports(pkg, "pkg", read_pytest_free(table))
+    assert found == ["low/deferred.py:2", "side.py:1"]
+
+
+PLANTED_LAYERS = """# A page
+
+## Layers
+
+| layer | subpackages and modules | may import |
+|---|---|---|
+| 1 | `low/`, `side` | nothing |
+| 2 | `high` | layer 1 |
+
+## Next
+"""
+
+
+@pytest.mark.parametrize(
+    ("low_module", "expected"),
+    [
+        ("from pkg import high\n", ["pkg.low.a (layer 1) imports pkg.high (layer 2)"]),
+        (
+            "def f():\n    from pkg.high import thing\n",
+            ["pkg.low.a (layer 1) imports pkg.high (layer 2)"],
+        ),
+        ("from pkg import side\n", ["pkg.low.a (layer 1) imports pkg.side (layer 1)"]),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import high\n", []),
+        ("from pkg.low import b\n", []),
+    ],
+)
+def test_an_import_against_the_layers_is_found(
+    tmp_path: Path, low_module: str, expected: list[str]
+) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "b.py").write_text("")
+    (pkg / "low" / "a.py").write_text(low_module)
+    (pkg / "high.py").write_text("from pkg.low import a\n")
+    (pkg / "side.py").write_text("")
+    layers = read_layers(PLANTED_LAYERS)
+    assert layers == {"low": 1, "side": 1, "high": 2}
+    layers["__init__"] = 3
+    graph = import_graph(pkg, "pkg", type_checking=False)
+    assert list(layer_violations(graph, layers, "pkg")) == expected
+
+
+def test_a_subpackage_cycle_is_found_where_modules_have_none(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    for sub in ("one", "two"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "one" / "a.py").write_text("from pkg.two import c\n")
+    (pkg / "two" / "c.py").write_text("")
+    (pkg / "two" / "d.py").write_text("from pkg.one import b\n")
+    (pkg / "one" / "b.py").write_text("")
+    graph = import_graph(pkg, "pkg")
+    assert find_cycles(graph) == []
+    assert find_cycles(package_graph(graph, "pkg")) == [["one", "two", "one"]]
 
 
 @pytest.mark.parametrize("where", ["module", "function", "type_checking"])

@@ -195,7 +195,10 @@ def test_overwritten_local_checkpoint_is_evaluated_again(local: LocalRuns) -> No
     changed.assert_outcomes(passed=1)
     assert len(local.started()) == 2
     changed.stdout.fnmatch_lines(
-        ["alpha: note: the model changed since run *: digest * -> *; starting a new run"]
+        [
+            "alpha (fake-model): note: the model changed since run *: digest * -> *; "
+            "starting a new run"
+        ]
     )
     configs = _run_configs(project)
     assert len(configs) == 2
@@ -231,7 +234,10 @@ def test_new_hub_commit_is_evaluated_again_and_unchecked_reuse_says_so(
     assert len(local.started()) == 2
     assert _revision(local.started()[1]) == B
     pushed.stdout.fnmatch_lines(
-        [f"alpha: note: the model changed since run *: commit {A[:12]} -> {B[:12]}; starting*"]
+        [
+            "alpha (org/x): note: the model changed since run *: "
+            f"commit {A[:12]} -> {B[:12]}; starting*"
+        ]
     )
     assert [c["model_identity"]["commit"] for c in _run_configs(project)].count(B) == 1
 
@@ -293,7 +299,10 @@ def test_base_url_is_keyed_on_what_models_says_it_serves(project: BenchmarkProje
     changed.assert_outcomes(passed=1)
     assert project.server.stats()["completed_requests"] == 6
     changed.stdout.fnmatch_lines(
-        ["alpha: note: the model changed since run *: root /ckpt/step-100 -> /ckpt/step-200;*"]
+        [
+            "alpha (test-model): note: the model changed since run *: "
+            "root /ckpt/step-100 -> /ckpt/step-200;*"
+        ]
     )
     assert len(project.run_dirs("alpha")) == 2
 
@@ -450,3 +459,20 @@ def test_eval_endpoint_and_benchmarks_share_the_server_at_the_pinned_commit(
     result.assert_outcomes(passed=2)
     [start] = local.started()
     assert _revision(start) == A
+
+
+def test_run_directories_are_named_by_the_label_and_earlier_names_are_still_found(
+    tmp_path: Path,
+) -> None:
+    from pytest_modal_eval.runs.identity import legacy_model_slug, model_run_dir, model_slug
+
+    assert model_slug("org/a b") == "org--a-b"  # the label's spelling, after the kind of name
+    assert legacy_model_slug("org/a b") == "org--a b"
+    # Ids whose label is their old spelling keep their directories' names.
+    for model in ("Qwen/Qwen3-8B", "test-model", str(tmp_path)):
+        assert model_slug(model) == legacy_model_slug(model), model
+    assert model_run_dir(tmp_path, "b", "org/a b") == ("org--a-b", tmp_path / "b--org--a-b")
+    (tmp_path / "b--org--a b").mkdir()  # runs of the earlier naming only: found there
+    assert model_run_dir(tmp_path, "b", "org/a b") == ("org--a b", tmp_path / "b--org--a b")
+    (tmp_path / "b--org--a-b").mkdir()  # once the label's directory exists, it is the one
+    assert model_run_dir(tmp_path, "b", "org/a b") == ("org--a-b", tmp_path / "b--org--a-b")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -18,28 +21,34 @@ from pytest_modal_eval.report.progress import (
     example_fields,
     read_fields,
 )
-from pytest_modal_eval.runs.evaluation import ExampleResult
+from pytest_modal_eval.runs.outcome import ExampleResult
 from tests.conftest import BenchmarkProject
+from tests.test_resume import intact_records, start_pytest, wait_for_checkpoint_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def test_fields_survive_reprs() -> None:
     """pytest stores keyword values as reprs, once more after each trip through xdist."""
-    fields = example_fields(ExampleResult(7, [1.0, 0.0], None, 3, 10, 0.5, False))
+    fields = example_fields(ExampleResult(7, [1.0, 0.0], None, 3, 10, 0.5, False, 2.25))
     once = {k: repr(v) for k, v in fields.items()}
     twice = {k: repr(v) for k, v in once.items()}
     for kwargs in (fields, once, twice):
         read = read_fields(kwargs)
         assert read is not None
         assert (read.reward, read.done, read.total, read.resumed) == (0.5, 3, 10, False)
+        assert read.elapsed == 2.25
     errored = read_fields(example_fields(ExampleResult(8, [], "boom", 4, 10, 0.5, True)))
     assert errored is not None and errored.reward is None and errored.resumed
     assert read_fields({"i": "'1'"}) is None  # someone else's subtest
 
 
-def _fields(reward: str, done: int, total: int, resumed: bool = False) -> ExampleFields:
+def _fields(
+    reward: str, done: int, total: int, resumed: bool = False, elapsed: float | None = None
+) -> ExampleFields:
     kwargs = {"reward": reward, "done": f"{done}/{total}", "mean": "x"}
+    if elapsed is not None:
+        kwargs["elapsed"] = f"{elapsed:.4f}"
     fields = read_fields({**kwargs, "resumed": "yes"} if resumed else kwargs)
     assert fields is not None
     return fields
@@ -48,31 +57,50 @@ def _fields(reward: str, done: int, total: int, resumed: bool = False) -> Exampl
 def test_line_figures() -> None:
     progress = BenchmarkProgress("gsm8k")
     for n, reward in enumerate([1.0, 0.0, 1.0, 1.0], start=1):
-        progress.add(_fields(f"{reward:.3f}", n, 8), now=0.5 * n)
-    progress.add(_fields("error", 5, 8), now=2.5)
-    # 4 more after the first, in 2 s: 2 ex/s, 3 left: 0:02; mean 0.75, 95% half-width
-    # 1.96 * 0.5 / 2
+        progress.add(_fields(f"{reward:.3f}", n, 8, elapsed=0.5 * n), now=0.5 * n)
+    progress.add(_fields("error", 5, 8, elapsed=2.5), now=2.5)
+    # 5 in 2.5 s: 2 ex/s, 3 left: 0:02; mean 0.75, 95% half-width
+    # 1.96 * 0.5 / 2 = 0.490, so the interval [0.260, 1.240] is cut at 1
     assert progress.line(2.5) == (
-        "gsm8k  5/8 (62%)  2.0 ex/s  ETA 0:02  mean 0.750 ± 0.490  errors 1"
+        "gsm8k  5/8 (62%)  2.0 ex/s  ETA 0:02  mean 0.750 [0.260, 1.000]  errors 1"
     )
 
 
-def test_a_fast_run_has_a_rate_from_its_second_example() -> None:
-    """200 examples in 1.7 s: every line after the first example's has a rate; resumed
+def test_early_intervals_stay_within_the_rewards_range() -> None:
+    """Two examples, 1 and 0: mean 0.5 and a normal half-width of 0.980, which would reach
+    from -0.48 to 1.48; the line shows the interval's ends cut to [0, 1] instead."""
+    progress = BenchmarkProgress("early")
+    progress.add(_fields("1.000", 1, 10), now=0.0)
+    progress.add(_fields("0.000", 2, 10), now=1.0)
+    line = progress.line(1.0)
+    assert "± 0.980" not in line
+    assert "mean 0.500 [0.000, 1.000]" in line
+    for n in range(3, 41):  # enough examples: the interval fits, and ± is back
+        progress.add(_fields(f"{n % 2:.3f}", n, 40), now=float(n))
+    assert re.search(r"mean 0\.\d+ ± 0\.1\d\d", progress.line(40.0)), progress.line(40.0)
+    wide = BenchmarkProgress("wide")  # rewards outside [0, 1] widen the range
+    wide.add(_fields("3.000", 1, 10), now=0.0)
+    wide.add(_fields("-1.000", 2, 10), now=1.0)
+    assert "mean 1.000 [-1.000, 3.000]" in wide.line(1.0)
+
+
+def test_the_rate_is_timed_where_the_examples_were_evaluated() -> None:
+    """200 examples in 1.6 s of evaluation: every line from the first example's has a rate,
+    over the evaluation's time, however the reports are bunched on their way here; resumed
     examples (reported at once, before any new one) count as done, not in the rate."""
     progress = BenchmarkProgress("fast")
     for n in range(1, 51):
         progress.add(_fields("1.000", n, 250, resumed=True), now=0.0)
     assert progress.rate(0.0) is None and "  - ex/s  " in progress.line(0.5)
-    for n in range(200):
-        now = 0.1 + n * 1.6 / 199
-        progress.add(_fields("1.000", 51 + n, 250), now=now)
-        rate = progress.rate(now)
-        if n == 0:
-            assert rate is None  # one example: no interval to measure
-        else:
-            assert rate == pytest.approx(199 / 1.6), (n, rate)
-    assert progress.line(1.7).startswith("fast  250/250 (100%)  124.4 ex/s  mean 1.000")
+    for n in range(1, 201):
+        # Four examples answered together every 0.032 s; their reports arrive in bunches of
+        # twenty, all at once.
+        elapsed = 0.032 * math.ceil(n / 4)
+        progress.add(_fields("1.000", 50 + n, 250, elapsed=elapsed), now=10.0 + n // 20)
+        assert progress.rate(10.0 + n // 20) == pytest.approx(n / elapsed), n
+    assert progress.line(20.0).startswith("fast  250/250 (100%)  125.0 ex/s  mean 1.000")
+    # No report for 8 s more: the run stalls, its rate falls.
+    assert progress.rate(28.0) == pytest.approx(200 / 9.6)
 
 
 def test_plain_lines_on_a_pipe(project: BenchmarkProject) -> None:
@@ -111,6 +139,43 @@ def test_every_benchmark_under_xdist(project: BenchmarkProject) -> None:
         if line.startswith("progress: ") and "(100%)" in line
     }
     assert finals == {"first", "second"}
+
+
+def test_a_resumed_run_under_xdist_rates_only_this_sessions_examples(
+    project: BenchmarkProject,
+) -> None:
+    """Interrupted part-way, then resumed under ``-n 2`` beside a fresh benchmark. The server
+    answers each request after ``delay`` seconds, and a benchmark has at most ``concurrency``
+    requests in flight, so in any time ``t`` it can finish no more than ``concurrency * t /
+    delay`` examples: no rate that counts only this session's examples, over the time this
+    session spent on them, exceeds ``concurrency / delay``. A loaded machine only slows the
+    run, so the bound holds however slow it is; a rate over it counted examples that needed
+    no request (resumed ones) or measured too short a time (examples finishing together)."""
+    pytest.importorskip("xdist")
+    n, concurrency, delay = 12, 4, 0.5
+    eval_yaml = f"eval: {{max_concurrent: {concurrency}, max_retries: 0}}\n"
+    project.add("alpha", n=n, extra_yaml=eval_yaml)
+    project.add("beta", n=n, extra_yaml=eval_yaml)
+    project.server.configure(delay=delay)
+    process = start_pytest(project, "-k", "alpha")
+    checkpoint = wait_for_checkpoint_lines(project, "alpha", concurrency)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(30) == pytest.ExitCode.INTERRUPTED
+    kept = intact_records(checkpoint)  # one rollout per example, none errored
+    assert concurrency <= kept < n
+
+    project.server.configure(reset_stats=True)
+    result = project.run_subprocess("-n", "2")
+    result.assert_outcomes(passed=2)
+    reused = json.loads((checkpoint.parent / "metadata.json").read_text())["reused_answers"]
+    assert project.server.stats()["chat_requests"] + reused == (n - kept) + n
+    rates: dict[str, list[float]] = {"alpha": [], "beta": []}
+    for line in result.stdout.lines:
+        if found := re.match(r"progress: (\w+)  \d+/\d+ \(\d+%\)  ([\d.]+) ex/s", line):
+            rates[found[1]].append(float(found[2]))
+    assert rates["alpha"] and rates["beta"], result.stdout.lines
+    bound = concurrency / delay + 0.05  # as printed, to one decimal
+    assert max(rates["alpha"] + rates["beta"]) <= bound, rates
 
 
 def _run_on_a_pty(args: list[str], cwd: str, timeout: float = 120.0) -> str:

@@ -25,7 +25,7 @@ import pytest
 
 import pytest_modal_eval.serving.modal.redirect_proxy as proxy_module
 from pytest_modal_eval.client.direct_client import DirectOpenAI, sdk_http
-from pytest_modal_eval.client.env_proxy import env_proxy
+from pytest_modal_eval.serving.env_proxy import env_proxy
 from pytest_modal_eval.serving.modal.redirect_proxy import (
     CLIENT_TOKEN_HEADER,
     DEADLINE_HEADER,

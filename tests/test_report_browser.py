@@ -7,6 +7,7 @@ HTTP server on 127.0.0.1); the browser is a headless Chromium (see ``tests/brows
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,150 @@ def test_report_command_explains_a_directory_without_runs(tmp_path: Path) -> Non
     assert result.exit_code != 0
     assert str(tmp_path) in result.output
     assert "metadata.json" in result.output
+
+
+MODELS = ("test-model", "model-b", "model-c")
+
+
+def _three_models(project: BenchmarkProject, *extra: str) -> dict[str, Path]:
+    """One benchmark, three models (the first the reference) that get different examples
+    right -> each model's run directory."""
+    project.add("arith", n=40, gate="gate: {min_avg_reward: 0.1}")
+    project.server.configure(
+        accuracy=0.8,
+        salt="ref",
+        models={"model-b": {"accuracy": 0.5, "salt": "b"}, "model-c": {"accuracy": 0.9}},
+    )
+    models = [arg for model in MODELS[1:] for arg in ("--model", model)]
+    result = project.run_subprocess(*models, "--junitxml=report.xml", *extra)
+    assert result.ret == 0, result.stdout.str()
+    runs = {}
+    for model in MODELS:
+        benchmark_dir = project.pytester.path / "outputs" / "evals" / f"arith--default--{model}"
+        (run_dir,) = [path for path in benchmark_dir.iterdir() if path.is_dir()]
+        runs[model] = run_dir
+    return runs
+
+
+def _means(run_dir: Path) -> dict[str, float]:
+    return {str(r["example_id"]): float(r["reward"]) for r in read_jsonl(run_dir / "results.jsonl")}
+
+
+def _check_comparison_view(page: Any, runs: dict[str, Path]) -> None:  # noqa: F811
+    from playwright.sync_api import expect  # the fixtures skip these tests without playwright
+
+    # The overview: the reference first and marked, then the models compared with it.
+    models = page.locator("#overview tr[data-bench] td[data-field=model]")
+    assert models.all_inner_texts() == ["test-model reference", "model-b", "model-c"]
+    view = page.locator("#comparison .group[data-benchmark=arith]")
+    rows = view.locator("table.side-by-side tbody tr")
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.role)") == [
+        "reference", "challenger", "challenger",
+    ]  # fmt: skip
+    reference = _means(runs["test-model"])
+    for n, model in enumerate(MODELS[1:], start=1):
+        figures = json.loads((runs[model] / "metadata.json").read_text())["vs_reference"]
+        row = rows.nth(n)
+        assert row.locator("td[data-field=model]").inner_text() == model
+        # metadata.json's figures, as the page shows them.
+        assert _number(row.locator("td[data-field=diff]")) == figures["diff"]
+        assert row.locator("td[data-field=diff]").inner_text() == f"{figures['diff']:+.3f}"
+        ci = row.locator("td[data-field=diff_ci]")
+        assert [_number(ci, "data-low"), _number(ci, "data-high")] == [
+            figures["diff_ci_low"], figures["diff_ci_high"],
+        ]  # fmt: skip
+        assert _number(row.locator("td[data-field=p_value]")) == figures["p_value"]
+        assert row.locator("td[data-field=test]").inner_text() == figures["test"]
+        assert int(row.locator("td[data-field=lost]").inner_text()) == len(
+            figures["solved_to_missed"]
+        )
+        # The examples where the two disagree, then each direction of flips.
+        mine = _means(runs[model])
+        differ = sorted(i for i in mine if mine[i] != reference[i])
+        table = view.locator(
+            f"details.disagreements[data-challenger='{row.get_attribute('data-bench')}']"
+        )
+        if not table.evaluate("d => d.open"):
+            table.locator("summary").click()
+        # A <details> fires "toggle" in a task after the click: the table fills in then.
+        expect(table.locator(".count")).to_have_text(f"{len(differ)} examples")
+        shown = table.locator("tbody tr.row")
+        assert sorted(shown.evaluate_all("rows => rows.map(r => r.dataset.id)")) == differ
+        for name, key in (("lost", "solved_to_missed"), ("gained", "missed_to_solved")):
+            table.locator(f"[data-filter={name}]").click()
+            ids = shown.evaluate_all("rows => rows.map(r => r.dataset.id)")
+            assert sorted(ids) == sorted(figures[key]), name
+        table.locator("[data-filter=all]").click()
+        # An example unfolds to both answers.
+        first = differ[0]
+        table.locator(f"tr.row[data-id='{first}'] button.open").click()
+        text = table.locator("tr.detail").inner_text()
+        answers = {
+            model: next(
+                r["completion"][-1]["content"]
+                for r in read_jsonl(path / "results.jsonl")
+                if str(r["example_id"]) == first
+            )
+            for model, path in (("test-model", runs["test-model"]), (model, runs[model]))
+        }
+        assert all(answer in text for answer in answers.values()), text
+
+
+def test_comparison_of_three_models(project: BenchmarkProject, page: Any, tmp_path: Path) -> None:  # noqa: F811
+    from click.testing import CliRunner
+
+    from pytest_modal_eval.cli import main
+
+    runs = _three_models(project)
+    page.goto((project.pytester.path / "outputs" / "evals" / "report.html").as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    _check_comparison_view(page, runs)
+    if shot := os.environ.get("MODAL_EVAL_REPORT_SCREENSHOT"):
+        page.screenshot(path=shot, full_page=True)
+
+    # The stored runs' report shows the same view.
+    out = tmp_path / "stored.html"
+    result = CliRunner().invoke(
+        main, ["report", str(project.pytester.path / "outputs" / "evals"), "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    _check_comparison_view(page, runs)
+
+    # Given one model's run only, the report reads the reference's run its comparison names.
+    alone = tmp_path / "alone.html"
+    result = CliRunner().invoke(main, ["report", str(runs["model-b"]), "-o", str(alone)])
+    assert result.exit_code == 0, result.output
+    page.goto(alone.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    models = page.locator("#overview tr[data-bench] td[data-field=model]")
+    assert models.all_inner_texts() == ["test-model reference", "model-b"]
+    table = page.locator("details.disagreements")
+    reference, mine = _means(runs["test-model"]), _means(runs["model-b"])
+    differ = sum(1 for i in mine if mine[i] != reference[i])
+    assert table.locator(".count").inner_text() == f"{differ} examples"
+
+
+def test_prompt_column_shows_the_question(project: BenchmarkProject, page: Any) -> None:  # noqa: F811
+    system = "You are a careful assistant. " * 20  # the same long start on every row
+    path = project.add("arith", n=5)
+    path.write_text(
+        path.read_text().replace(
+            "path: data/arith.jsonl", f"path: data/arith.jsonl\n  system_prompt: {system!r}"
+        )
+    )
+    result = project.run_subprocess()
+    assert result.ret == 0, result.stdout.str()
+    (run_dir,) = project.run_dirs("arith")
+    records = read_jsonl(run_dir / "results.jsonl")
+    assert records[0]["prompt"][0]["role"] == "system"
+    page.goto((project.pytester.path / "outputs" / "evals" / "report.html").as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    examples = page.locator("details.examples")
+    row = examples.locator("tr.row[data-id='2']")
+    question = records[2]["prompt"][-1]["content"]
+    assert row.locator("td.text").first.inner_text() == question
+    row.locator("button.open").click()  # the whole prompt on expansion
+    detail = examples.locator("tr.detail").inner_text()
+    assert system.strip() in detail and question in detail

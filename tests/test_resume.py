@@ -105,7 +105,7 @@ def test_interrupted_run_resumes_without_repeating(
     results = read_jsonl(run_dir / "results.jsonl")
     assert sorted(r["example_id"] for r in results) == list(range(N))
     result.stdout.fnmatch_lines(
-        [f"alpha: resumed: {finished}/{N} examples from run {run_dir.name}*"]
+        [f"alpha (test-model): resumed: {finished}/{N} examples from run {run_dir.name}*"]
     )
     assert not (run_dir / "answers.journal").exists()  # a complete run needs it no more
 
@@ -132,8 +132,8 @@ def test_answers_received_before_a_kill_are_not_requested_again(
         assert sorted(kept + seeds) == [0, 1], question
     result.stdout.fnmatch_lines(
         [
-            f"alpha: resumed: 0/{N} examples from run {run_dir.name}; {answered} answers "
-            "received before the interruption reused"
+            f"alpha (test-model): resumed: 0/{N} examples from run {run_dir.name}; "
+            f"{answered} answers received before the interruption reused"
         ]
     )
     results = read_jsonl(run_dir / "results.jsonl")
@@ -192,7 +192,9 @@ def test_errored_examples_are_retried_next_run(project: BenchmarkProject) -> Non
     [run_dir] = project.run_dirs("alpha")
     results = read_jsonl(run_dir / "results.jsonl")
     assert len(results) == 60 and not any(r["error"] for r in results)
-    result.stdout.fnmatch_lines([f"alpha: resumed: {30 - failing}/30 examples from run *"])
+    result.stdout.fnmatch_lines(
+        [f"alpha (test-model): resumed: {30 - failing}/30 examples from run *"]
+    )
 
 
 def test_torn_checkpoint_line_resumes_with_a_warning(project: BenchmarkProject) -> None:
@@ -225,7 +227,7 @@ def test_a_finished_run_asks_the_endpoint_only_what_it_serves(project: Benchmark
     assert (stats.get("models_requests", 0), stats.get("chat_requests", 0)) == (1, 0), stats
     again.stdout.fnmatch_lines(
         [
-            "alpha: resumed: 4/4 examples from run *",
+            "alpha (test-model): resumed: 4/4 examples from run *",
             f"*note: every selected example was finished in run {run_dir.name}: nothing to "
             "evaluate, nothing was asked of the endpoint but which model it serves",
         ]
@@ -274,8 +276,8 @@ def test_two_benchmarks_resume_in_parallel_under_xdist(project: BenchmarkProject
     result = project.run_subprocess("-n", "2")
     result.assert_outcomes(passed=2)
     assert project.server.stats()["chat_requests"] == 40 - completed
-    result.stdout.fnmatch_lines(["alpha: resumed: */20 examples from run *"])
-    result.stdout.fnmatch_lines(["beta: resumed: */20 examples from run *"])
+    result.stdout.fnmatch_lines(["alpha (test-model): resumed: */20 examples from run *"])
+    result.stdout.fnmatch_lines(["beta (test-model): resumed: */20 examples from run *"])
     for name in ("alpha", "beta"):
         [run_dir] = project.run_dirs(name)
         assert len(read_jsonl(run_dir / "results.jsonl")) == 20
@@ -338,5 +340,56 @@ def test_an_unusable_journal_is_reported_and_the_run_goes_on(project: BenchmarkP
     project.server.configure(hold_repeats=0.0, reset_stats=True)
     result = project.run()
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["alpha: note: answer journal *answers.journal*"])
+    result.stdout.fnmatch_lines(["alpha (test-model): note: answer journal *answers.journal*"])
     assert len(read_jsonl(run_dir / "results.jsonl")) == 2 * N
+
+
+def test_ctrl_c_says_what_was_kept_and_the_command_that_continues(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=N, extra_yaml=SLOW)
+    project.server.configure(delay=0.05)
+    output = project.pytester.path / "terminal.txt"
+    with output.open("wb") as terminal:
+        process = subprocess.Popen(
+            [sys.executable, "-c", AS_AT_A_TERMINAL, *project.args()],
+            cwd=project.pytester.path,
+            stdout=terminal,
+            stderr=subprocess.STDOUT,
+        )
+        checkpoint = wait_for_checkpoint_lines(project, "alpha", N // 3)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == pytest.ExitCode.INTERRUPTED
+    kept = intact_records(checkpoint)  # one rollout per example, none errored
+    assert N // 3 <= kept < N
+    lines = output.read_text().splitlines()
+    assert any("KeyboardInterrupt" in line for line in lines)  # pytest's own block stays
+    # The session ends on what was kept and how to go on, after pytest's block.
+    assert lines[-2:] == [
+        f"alpha (test-model): {kept}/{N} examples kept in run {checkpoint.parent.name}",
+        "run the same command to continue: "
+        f"pytest --model test-model --base-url {project.server.base_url}",
+    ], lines[-8:]
+
+
+def test_a_run_under_the_earlier_directory_name_is_continued(project: BenchmarkProject) -> None:
+    """Run directories are named by the model's label; an id whose label differs from the
+    name runs were stored under before (here one with a space) keeps its runs: a run in the
+    directory of the earlier name is found and continued, with nothing asked again."""
+    model = "org/a b"
+    project.server.configure(models={model: {}})
+    project.add("alpha", n=6)
+    args = ["--model", model, "--base-url", project.server.base_url, "-p", "no:cacheprovider"]
+    project.pytester.runpytest(*args).assert_outcomes(passed=1)
+    outputs = project.pytester.path / "outputs" / "evals"
+    (made,) = [p for p in (outputs / "alpha--org--a-b").iterdir() if p.is_dir()]
+    earlier = outputs / "alpha--org--a b"
+    (outputs / "alpha--org--a-b").rename(earlier)
+    asked = project.server.stats()["chat_requests"]
+
+    result = project.pytester.runpytest(*args)
+    result.assert_outcomes(passed=1)
+    assert project.server.stats()["chat_requests"] == asked
+    result.stdout.fnmatch_lines([f"*every selected example was finished in run {made.name}*"])
+    assert not (outputs / "alpha--org--a-b").exists()
+    assert [p.name for p in earlier.iterdir() if p.is_dir()] == [made.name]

@@ -9,7 +9,8 @@ import pytest
 
 from pytest_modal_eval.config.loader import load_benchmark
 from pytest_modal_eval.config.options import Settings
-from pytest_modal_eval.serving.deployments import Broker, BrokerClient, Deployments
+from pytest_modal_eval.serving.broker import Broker, BrokerClient
+from pytest_modal_eval.serving.deployments import Deployments
 from tests.conftest import REPO, BenchmarkProject
 from tests.support.forward_proxy import ForwardProxy, clear_proxy_env
 
@@ -55,8 +56,8 @@ def test_a_baseline_recorded_from_a_failing_run_says_so(project: BenchmarkProjec
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "alpha: WARNING: the baseline was recorded (--snapshot-update) from a run that "
-            "failed its gate: mean reward 0.000*"
+            "alpha (test-model): WARNING: the baseline was recorded (--snapshot-update) from a "
+            "run that failed its gate: mean reward 0.000*"
         ]
     )
     project.server.configure(accuracy=1.0)

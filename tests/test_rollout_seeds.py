@@ -8,7 +8,13 @@ import time
 
 import pytest
 
-from pytest_modal_eval.client.rollout_seeds import GroupRollouts, match_rollouts, seeded
+from pytest_modal_eval.client.rollout_seeds import (
+    ROLLOUT_COLUMN,
+    GroupRollouts,
+    match_rollouts,
+    match_seat_rollouts,
+    seeded,
+)
 from tests.conftest import BenchmarkProject, read_jsonl
 from tests.test_resume import start_pytest
 
@@ -48,6 +54,17 @@ def test_outputs_are_matched_to_the_rollouts_their_seeds_came_from(
     claimed: list[int | None], missing: list[int], expected: list[int]
 ) -> None:
     assert match_rollouts(claimed, missing) == expected
+
+
+def test_each_seat_of_an_episode_is_matched_to_the_same_rollout() -> None:
+    """Several seats: one output per seat per rollout, each seat's matched on its own (one
+    list for all would give the second seat's outputs the rollouts left over)."""
+    outputs = [
+        {"agent": seat, ROLLOUT_COLUMN: rollout} for rollout in (3, 1) for seat in ("a", "b")
+    ]
+    matched = match_seat_rollouts(outputs, [1, 3])
+    assert sorted((o["agent"], r) for o, r in matched) == [("a", 1), ("a", 3), ("b", 1), ("b", 3)]
+    assert all(o[ROLLOUT_COLUMN] == r for o, r in matched)
 
 
 @pytest.mark.parametrize(

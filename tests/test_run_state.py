@@ -189,8 +189,66 @@ def test_meta_line_never_holds_every_id_as_an_int(tmp_path: Path) -> None:
 def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
     path = tmp_path / "meta.json"
     store.write_json_atomic(path, {"n": 1})
-    with pytest.raises(RuntimeError), store._replaced_atomically(path) as out:
+    with pytest.raises(RuntimeError), store.replaced_atomically(path) as out:
         out.write('{"n": 2')
         raise RuntimeError("interrupted half-way")
     assert json.loads(path.read_text()) == {"n": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["meta.json"]
+
+
+def test_several_seats_each_have_their_rollouts_and_an_example_needs_all(tmp_path: Path) -> None:
+    """With several seats a record is keyed by (example, seat, rollout): an example is
+    finished once every seat's every rollout is; a rollout any seat misses is missing; each
+    seat has its own rewards, metrics and summary; results.jsonl holds one record per seat per
+    rollout, a rollout's seats side by side."""
+    seats = ["first", "second"]
+    checkpoint = Checkpoint(tmp_path)
+    lines = [
+        _record(0, 0, 1.0, agent="first", metrics={"m": 1.0}),
+        _record(0, 0, -2.0, agent="second", metrics={"m": 0.0}),
+        _record(0, 1, 0.0, agent="second"),
+        _record(0, 1, 1.0, agent="first"),
+        _record(1, 0, 2.0, agent="second"),  # first seat of (1, 0) lost: a cut checkpoint
+        _record(1, 1, 1.0, agent="first"),
+        _record(1, 1, 0.5, agent="second"),
+        _record(1, 0, 9.0, agent="third"),  # a seat the environment does not have
+        _record(1, 0, 9.0),  # no seat: not one of this run's records
+    ]
+    checkpoint.path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    state = RunState.from_checkpoint(checkpoint, [0, 1], 2, seats, "second")
+
+    assert state.finished(0) and not state.finished(1)
+    assert state.missing(0) == [] and state.missing(1) == [0]
+    assert state.rewards(0) == [-2.0, 0.0]  # the headline seat's
+    assert state.rewards(0, "first") == [1.0, 1.0]
+    assert state.metric_means([0]) == {"m": 0.0}
+    assert state.finished_rollouts == 7
+    first, second = state.summary("first"), state.summary()
+    assert first.rewards.rewards.tolist() == [[1.0, 1.0]]
+    assert second.rewards.rewards.tolist() == [[-2.0, 0.0]]
+    assert first.metric_means == {"m": 1.0} and second.errored == {1: "not evaluated"}
+
+    state.add([_record(1, 0, 0.0, agent="first"), _record(1, 0, 7.0, agent="second")])
+    assert state.finished(1) and state.rewards(1) == [2.0, 0.5]  # the first finished wins
+    assert state.summary().rewards.rewards.tolist() == [[-2.0, 0.0], [2.0, 0.5]]
+
+    with checkpoint.path.open("a") as handle:
+        handle.write(json.dumps(_record(1, 0, 0.0, agent="first")) + "\n")
+    results = tmp_path / "results.jsonl"
+    assert store.write_results(checkpoint, results, [0, 1], 2, seats) == 8
+    written = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(r["example_id"], r["rollout"], r["agent"]) for r in written] == [
+        (i, r, seat) for i in (0, 1) for r in (0, 1) for seat in seats
+    ]
+    assert [r["reward"] for r in written if r["agent"] == "second"] == [-2.0, 0.0, 2.0, 0.5]
+
+
+def test_one_seat_keys_records_by_rollout_whatever_their_agent(tmp_path: Path) -> None:
+    """An environment with one seat: its records (agent "agent", or null) are keyed by rollout
+    alone, as runs written before seats had records of their own."""
+    state = RunState([0], 1, ["agent"])
+    state.add([_record(0, 0, 0.5, agent="agent")])
+    assert state.finished(0) and state.rewards(0) == [0.5]
+    checkpoint = Checkpoint(tmp_path)
+    checkpoint.path.write_text(json.dumps(_record(0, 0, 0.5)) + "\n")
+    assert store.write_results(checkpoint, tmp_path / "r.jsonl", [0], 1, ["agent"]) == 1

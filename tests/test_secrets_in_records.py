@@ -131,32 +131,38 @@ SECRET_QA = """
 from pytest_modal_eval.envs.file_qa import load_environment as file_qa
 
 
-def load_environment(path, judges=(), api_keys=(), judge_base_url=None):
+def load_environment(path, **credentials):
     return file_qa(path)
 """
+
+
+def secret_qa_benchmark(project: BenchmarkProject, env_args: str, rest: str = "") -> None:
+    """``evals/alpha.yaml`` running :data:`SECRET_QA` on ``alpha``'s data (``project.add``
+    it first), with more ``env_args`` lines and more top-level YAML."""
+    project.pytester.makepyfile(secret_qa=SECRET_QA)
+    project.pytester.syspathinsert()  # for an in-process run (a subprocess runs in its folder)
+    indented = textwrap.indent(textwrap.dedent(env_args), "  ")
+    (project.evals / "alpha.yaml").write_text(
+        "env_id: secret-qa\nenv_args:\n"
+        f"  path: {project.evals / 'data' / 'alpha.jsonl'}\n{indented}"
+        + textwrap.dedent(rest)
+        + "eval: {max_retries: 0}\ngate: {min_avg_reward: 0.5}\n"
+    )
 
 
 def test_a_run_writes_no_secret_setting(
     project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project.add("alpha", n=3)
-    project.pytester.makepyfile(secret_qa=SECRET_QA)
-    project.pytester.syspathinsert()
     url = f"https://judge:{SECRET}-url@judge.example/v1"
-    (project.evals / "alpha.yaml").write_text(
-        textwrap.dedent(
-            f"""\
-            env_id: secret-qa
-            env_args:
-              path: {project.evals / "data" / "alpha.jsonl"}
-              judges: [{{model: j1, api_key: {SECRET}-list}}]
-              api_keys: [{SECRET}-plural]
-              judge_base_url: "{url}"
-            vllm: {{extra_args: ['--api-key', '{SECRET}']}}
-            eval: {{max_retries: 0}}
-            gate: {{min_avg_reward: 0.5}}
-            """
-        )
+    secret_qa_benchmark(
+        project,
+        f"""\
+        judges: [{{model: j1, api_key: {SECRET}-list}}]
+        api_keys: [{SECRET}-plural]
+        judge_base_url: "{url}"
+        """,
+        f"vllm: {{extra_args: ['--api-key', '{SECRET}']}}\n",
     )
     result = project.run()
     assert result.ret == 0, result.stdout.str()

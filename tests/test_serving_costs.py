@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_modal_eval.serving.costs import DEFAULT_GPU_PRICES, ServerTime, parse_prices
+from pytest_modal_eval.config.gpu_prices import DEFAULT_GPU_PRICES, parse_prices
+from pytest_modal_eval.serving.costs import ServerTime
 from pytest_modal_eval.serving.endpoint import Endpoint, EndpointInfo, ServerStartup
 from pytest_modal_eval.serving.modal.backend import ModalServer
 from tests.conftest import BenchmarkProject
@@ -89,7 +90,7 @@ def test_modal_run_reports_startup_server_time_gpu_hours_and_cost(
     assert serving["server_startup_s"] >= max(phases.values()) - 0.1
     result.stdout.fnmatch_lines(
         [
-            "alpha: server: start-up *s, *s in use; * GPU-hours (A100-80GB:2), est. $*",
+            "alpha (org/x): server: start-up *s, *s in use; * GPU-hours (A100-80GB:2), est. $*",
             "serving: * GPU-hours in total, est. $* at GPU list prices*",
         ]
     )
@@ -113,13 +114,14 @@ def test_summary_has_error_rows_and_run_paths_relative_to_the_rootdir(
     result.assert_outcomes(passed=1, errors=1)
     out = result.stdout.str()
     summary = out[out.index("evaluation summary") :]
-    [alpha_row] = [line for line in summary.splitlines() if line.startswith("alpha ")]
+    # Table rows: the benchmark, then the model (the lines after the table have "alpha (model)").
+    [alpha_row] = [line for line in summary.splitlines() if line.startswith("alpha  ")]
     run_dir = alpha_row.split()[-1]
     assert run_dir.startswith("outputs/evals/alpha--default--test-model/"), alpha_row
     assert (Path(project.pytester.path) / run_dir / "metadata.json").exists()
-    [beta_row] = [line for line in summary.splitlines() if line.startswith("beta ")]
+    [beta_row] = [line for line in summary.splitlines() if line.startswith("beta  ")]
     assert beta_row.split()[:2] == ["beta", "test-model"] and "ERROR" in beta_row.split()
-    result.stdout.fnmatch_lines(["beta: ERROR: *not-installed-env*is not installed*"])
+    result.stdout.fnmatch_lines(["beta (test-model): ERROR: *not-installed-env*is not installed*"])
 
     # With two models, each errored item's row and line name its model.
     project.server.configure(models={"other-model": {}})
@@ -127,7 +129,7 @@ def test_summary_has_error_rows_and_run_paths_relative_to_the_rootdir(
     both.assert_outcomes(errors=2)
     out = both.stdout.str()
     summary = out[out.index("evaluation summary") :]
-    rows = [line.split() for line in summary.splitlines() if line.startswith("beta ")]
+    rows = [line.split() for line in summary.splitlines() if line.startswith("beta  ")]
     table = sorted(row[:2] for row in rows if row[5:6] == ["ERROR"])
     assert table == [["beta", "other-model"], ["beta", "test-model"]]
     both.stdout.fnmatch_lines(

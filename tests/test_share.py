@@ -8,7 +8,6 @@ import json
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from pytest_modal_eval.cli import main as cli_main
 from pytest_modal_eval.exceptions import ShareError
 from pytest_modal_eval.redact import REDACTED, Redactor
 from pytest_modal_eval.share import bundle, hub, tracking
-from tests.conftest import BenchmarkProject
+from tests.conftest import HUB_TOKEN, BenchmarkProject
 from tests.support.hub_server import HubServer
 
 #: MLflow 3.17 queries SQLAlchemy 2.1 with a deprecated loader; these tests read its store.
@@ -44,24 +43,9 @@ def _preload_mlflow_store() -> None:
 
 _preload_mlflow_store()
 
-TOKEN = "hf_fake_write_token_0123456789"
+TOKEN = HUB_TOKEN
 ENV_SECRET = "sk-env-secret-4f1c9a7e2b"  # an API key the run used, from the environment
 INLINE_SECRET = "sk-inline-secret-77d0e3"  # an API key written into env_args
-
-
-@pytest.fixture
-def hub_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubServer]:
-    server = HubServer(TOKEN)
-    url = server.start()
-    monkeypatch.setenv("HF_ENDPOINT", url)
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    # Xet storage is not spoken by the local server; this makes huggingface_hub use Git LFS.
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_DISABLE_XET", True)
-    yield server
-    server.stop()
 
 
 def make_run(
@@ -548,3 +532,63 @@ def test_card_writes_numbers_as_the_summary_does(
     metadata = {"benchmark": "qa", "model": "m", "avg_reward": mean, "stderr": stderr, "ci": ci}
     card = render_card("org/evals", [CardEntry("qa--default--m", metadata, {})])
     assert shown in card, card
+
+
+def test_the_mlflow_ui_is_documented_from_the_full_package() -> None:
+    """The [mlflow] extra (mlflow-skinny) logs runs but ships no UI: no Flask and none of the
+    UI's built pages, so docs/share.md runs `mlflow ui` from the full package instead."""
+    import mlflow
+
+    assert not (Path(mlflow.__file__).parent / "server" / "js").exists()
+    page = (Path(__file__).resolve().parent.parent / "docs" / "share.md").read_text()
+    commands = [line for line in page.splitlines() if line.startswith("$ ") and "mlflow ui" in line]
+    assert commands and all("uvx --from mlflow mlflow ui" in line for line in commands)
+
+
+#: Secrets only the project's settings make secret: neither variable's name looks secret.
+GATEWAY_SECRET = "gw-MARKgateway-5e1f0a"
+SIGNING_SECRET = "sign-MARKsigning-9c2b7d"
+
+
+@pytest.mark.parametrize("named_by", ["option", "ini"])
+def test_commands_outside_a_session_keep_the_projects_secrets_out(
+    hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named_by: str
+) -> None:
+    """Hand-written run files that hold the values of the variable --api-key-env (or ini
+    ``modal_eval_api_key_env``) names and of one ini ``modal_eval_secret_env`` lists: ``push``,
+    ``report`` and ``show`` find them as a pytest session of the project would."""
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("GATEWAY", GATEWAY_SECRET)
+    monkeypatch.setenv("ACME_SIGNING", SIGNING_SECRET)
+    ini = "[pytest]\nmodal_eval_secret_env =\n    ACME_SIGNING\n"
+    option = ["--api-key-env", "GATEWAY"] if named_by == "option" else []
+    if named_by == "ini":
+        ini += "modal_eval_api_key_env = GATEWAY\n"
+    (project / "pytest.ini").write_text(ini)
+    run = make_run(project / "outputs" / "evals", env_args={"note": f"signed {SIGNING_SECRET}"})
+    for name in ("checkpoint.jsonl", "results.jsonl"):
+        path = run / name
+        said = f"the gateway said {json.dumps(GATEWAY_SECRET)[1:-1]} for {SIGNING_SECRET}"
+        path.write_text(path.read_text().replace("What is 0 + 1?", said))
+    runner = CliRunner()
+    outputs = []
+    for args in (["show", str(run)], ["show", str(run), "--json"]):
+        shown = runner.invoke(cli_main, [*args, *option])
+        assert shown.exit_code == 0, shown.output
+        assert f"the gateway said {REDACTED} for {REDACTED}" in shown.output, shown.output
+        assert f"signed {REDACTED}" in shown.output, shown.output
+        outputs.append(shown.output)
+    reported = runner.invoke(cli_main, ["report", str(run), "-o", "report.html", *option])
+    assert reported.exit_code == 0, reported.output
+    page = (project / "report.html").read_text()
+    assert f"the gateway said {REDACTED} for {REDACTED}" in page
+    pushed = runner.invoke(cli_main, ["push", str(run), "--to", "org/cli", *option])
+    assert pushed.exit_code == 0, pushed.output
+    assert "Hub: pushed qa--default--test-model" in pushed.output
+    uploaded = hub_server.stored_bytes()
+    assert any(f"the gateway said {REDACTED}".encode() in data for data in uploaded)
+    places = [*outputs, reported.output, page, pushed.output]
+    places += [data.decode(errors="replace") for data in uploaded]
+    assert [place for place in places if "MARK" in place] == []

@@ -15,7 +15,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-from pytest_modal_eval.report.format import describe_detectable
+from pytest_modal_eval.stats.format import describe_detectable
 from pytest_modal_eval.stats.summary import (
     TEST_MCNEMAR,
     TEST_PAIRED_T,
@@ -138,7 +138,8 @@ def test_clustered_stderr_tracks_true_sampling_error_and_iid_understates_it() ->
     assert np.mean(iid) < 0.6 * true_sd
 
 
-@pytest.mark.parametrize(("reward", "n", "r"), [(0.3, 40, 2), (0.999, 5, 1), (0.5, 200, 4)])
+# Rewards on no lattice of up to 32 checks (0.3 would be 3 of 10: counted as checks).
+@pytest.mark.parametrize(("reward", "n", "r"), [(0.3037, 40, 2), (0.999, 5, 1), (0.5013, 200, 4)])
 def test_partial_credit_examples_that_agree_never_give_a_zero_width_interval(
     reward: float, n: int, r: int
 ) -> None:
@@ -194,7 +195,8 @@ def test_summarize_all_equal_rewards_has_zero_stderr_but_not_a_zero_width_interv
 
 
 def test_summarize_bounds_declare_the_range_the_interval_lies_within() -> None:
-    data = {str(i): [4.0, 5.0] for i in range(19)} | {"19": [0.0, 0.0]}
+    # Rewards on no lattice of checks (4.0 and 5.0 would be 4 and 5 of 5 checks).
+    data = {str(i): [4.1, 5.0] for i in range(19)} | {"19": [0.0, 0.0]}
     assert summarize(data).interval == "t-clipped"
     declared = summarize(data, bounds=(0.0, 5.0))
     rescaled = summarize({k: [x / 5 for x in v] for k, v in data.items()})
@@ -243,13 +245,27 @@ def test_mcnemar_fixed_table_matches_statsmodels() -> None:
     assert cmp.run_mean == pytest.approx(158 / 220)
     assert cmp.solved_to_missed == [str(i) for i in range(21)]
     assert cmp.missed_to_solved == [str(i) for i in range(21, 29)]
-    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(_tango(21, 8, 220), abs=1e-7)
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(_mcnemar_ci(21, 8, 220), abs=1e-7)
+    assert cmp.confidence == 0.90  # 1 - 2 alpha: its upper end is the test's one-sided bound
 
 
-def _tango(down: int, up: int, n: int) -> tuple[float, float]:
+def _mcnemar_ci(down: int, up: int, n: int, confidence: float = 0.90) -> tuple[float, float]:
+    """The interval shown with an exact McNemar test: Tango's, widened to hold the inversion
+    of the exact test (the Clopper-Pearson interval of the share of discordant pairs going
+    down, scaled to the difference), at ``confidence``."""
+    tango = _tango(down, up, n, confidence)
+    if down + up == 0:
+        return tango
+    share = sps.binomtest(down, down + up).proportion_ci(confidence, method="exact")
+    scale = (down + up) / n
+    exact = scale * (1 - 2 * share.high), scale * (1 - 2 * share.low)
+    return min(tango[0], exact[0]), max(tango[1], exact[1])
+
+
+def _tango(down: int, up: int, n: int, confidence: float = 0.90) -> tuple[float, float]:
     """Tango's score interval of (up - down) / n by brute force: the restricted maximum
     likelihood of P(down) found numerically, each end by root finding."""
-    z2 = sps.norm.ppf(0.975) ** 2
+    z2 = sps.norm.ppf(0.5 + confidence / 2) ** 2
     same = n - down - up
 
     def excess(delta: float) -> float:
@@ -285,13 +301,13 @@ def _tango(down: int, up: int, n: int) -> tuple[float, float]:
     ("b", "c", "both", "neither"),
     [(10, 0, 0, 0), (5, 0, 1, 0), (0, 0, 5, 5), (3, 3, 10, 4), (0, 7, 2, 1), (1, 0, 0, 0)],
 )
-def test_mcnemar_interval_is_tangos_score_interval_within_minus_1_and_1(
+def test_mcnemar_interval_holds_tangos_and_the_exact_tests_within_minus_1_and_1(
     b: int, c: int, both: int, neither: int
 ) -> None:
     base, run = _binary_pair(b, c, both, neither)
     cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
     n = b + c + both + neither
-    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(_tango(b, c, n), abs=1e-6)
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(_mcnemar_ci(b, c, n), abs=1e-6)
     assert -1.0 <= cmp.diff_ci_low <= cmp.diff <= cmp.diff_ci_high <= 1.0
     assert cmp.diff_ci_high - cmp.diff_ci_low > 0.2  # never zero width, even when all flipped
 
@@ -316,8 +332,9 @@ def test_mcnemar_no_discordant_pairs() -> None:
     base, run = _binary_pair(b=0, c=0, both=5, neither=5)
     cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
     assert (cmp.p_value, cmp.diff) == (1.0, 0.0)
-    # Tango's interval with no flip among 10: Wilson's upper end for 0 of 10 on either side.
-    wilson = proportion_confint(0, 10, alpha=0.05, method="wilson")[1]
+    # Tango's interval with no flip among 10: Wilson's upper end for 0 of 10 on either side
+    # (at 1 - 2 alpha = 90%).
+    wilson = proportion_confint(0, 10, alpha=0.10, method="wilson")[1]
     assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-wilson, wilson))
     assert not cmp.regressed
 
@@ -338,7 +355,9 @@ def test_paired_t_random_matches_statsmodels(seed: int) -> None:
     d = DescrStatsW(np.array([run[k] - base[k] for k in base]))
     assert cmp.test == TEST_PAIRED_T
     assert cmp.p_value == pytest.approx(d.ttest_mean(0.0, alternative="smaller")[1], rel=1e-9)
-    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(d.tconfint_mean(alpha=0.05))
+    assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx(d.tconfint_mean(alpha=0.10))
+    # One-sided test at alpha, two-sided interval at 1 - 2 alpha: they agree.
+    assert (cmp.p_value < 0.05) == (cmp.diff_ci_high < 0)
     assert cmp.diff == pytest.approx(d.mean)
     assert cmp.regressed == (cmp.p_value < 0.05 and cmp.diff < 0)
 
@@ -361,10 +380,10 @@ def test_binary_flag_with_graded_rewards_is_an_error() -> None:
 def _uniform_shift_expected(d: float, n: int, w: float) -> tuple[float, float, float]:
     """p and interval for n differences all equal to d within [-w, w], from the binomial and
     Clopper-Pearson distributions rather than the closed forms the code uses."""
-    # Clopper-Pearson upper end for 0 of n: the beta(1, n) quantile at 1 - alpha / 2.
-    unseen = float(sps.beta.ppf(0.975, 1, n))
-    assert unseen == pytest.approx(1 - 0.025 ** (1 / n), rel=1e-12)
-    assert unseen == pytest.approx(proportion_confint(0, n, alpha=0.05, method="beta")[1])
+    # Clopper-Pearson upper end for 0 of n at 1 - 2 alpha: the beta(1, n) quantile at 1 - alpha.
+    unseen = float(sps.beta.ppf(0.95, 1, n))
+    assert unseen == pytest.approx(1 - 0.05 ** (1 / n), rel=1e-12)
+    assert unseen == pytest.approx(proportion_confint(0, n, alpha=0.10, method="beta")[1])
     # P(no example of n in a share pi0 = -d / (w - d) that would lift the mean to 0).
     p = float(sps.binom.pmf(0, n, -d / (w - d))) if d < 0 else 1.0
     return p, max(d - unseen * (d + w), -w), min(d + unseen * (w - d), w)
@@ -376,7 +395,7 @@ def test_identical_runs_have_no_evidence_of_a_drop() -> None:
     assert cmp.diff == 0.0 and cmp.p_value == 1.0 and not cmp.regressed
     # No difference seen among 30: up to the Clopper-Pearson share of examples may differ
     # unseen, by up to the whole range either way.
-    unseen = float(sps.beta.ppf(0.975, 1, 30))
+    unseen = float(sps.beta.ppf(0.95, 1, 30))
     assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-unseen, unseen), rel=1e-12)
     assert cmp.diff_ci_low < 0.0 < cmp.diff_ci_high
 
@@ -398,8 +417,9 @@ def test_the_same_difference_on_every_example_gets_the_exact_binomial_test(
     assert -1.0 <= cmp.diff_ci_low <= cmp.diff <= cmp.diff_ci_high <= 1.0
     assert cmp.diff_ci_low < cmp.diff_ci_high
     assert cmp.regressed == (cmp.p_value < 0.05)
-    # The two-sided interval leaves out 0 exactly when the one-sided p is below 0.025.
-    assert (cmp.diff_ci_high < 0.0) == (cmp.p_value < 0.025)
+    # The interval (two-sided at 1 - 2 alpha) leaves out 0 exactly when the one-sided p is
+    # below alpha: verdict and interval agree.
+    assert (cmp.diff_ci_high < 0.0) == (cmp.p_value < 0.05)
 
 
 def test_equal_drops_of_a_tenth_regress_at_100_examples_not_at_10() -> None:
@@ -426,7 +446,7 @@ def test_runs_of_one_equal_score_outside_0_1_get_a_range_to_compare_within() -> 
     same = {str(i): 3.0 for i in range(20)}
     cmp = compare_paired(same, same, baseline_binary_single=False, run_binary_single=False)
     assert cmp.p_value == 1.0 and not cmp.regressed
-    unseen = float(sps.beta.ppf(0.975, 1, 20))
+    unseen = float(sps.beta.ppf(0.95, 1, 20))
     # The range's length is taken as the scores' magnitude, 3: never 0.
     assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-3 * unseen, 3 * unseen))
     assert cmp.detectable_drop == pytest.approx(3 * (0.05 ** (-1 / 20) - 1))
@@ -446,7 +466,7 @@ def test_paired_t_interval_stays_within_the_range_of_differences(
     cmp = compare_paired(
         base, run, baseline_binary_single=False, run_binary_single=False, bounds=bounds
     )
-    plain = DescrStatsW(np.array([run[k] - base[k] for k in base])).tconfint_mean(alpha=0.05)
+    plain = DescrStatsW(np.array([run[k] - base[k] for k in base])).tconfint_mean(alpha=0.10)
     assert plain[0] < -scale  # the t interval alone leaves the possible range
     assert (cmp.diff_ci_low, cmp.diff_ci_high) == pytest.approx((-scale, plain[1]))
     # No drop beyond the range is stated as undetectable.
@@ -708,3 +728,22 @@ def test_compare_paired_of_int_and_text_id_columns() -> None:
         assert columns == dicts and columns.n_shared == 3
     forward = compare_paired(stored, run, baseline_binary_single=True, run_binary_single=True)
     assert forward.solved_to_missed == ["1"] and forward.missed_to_solved == ["10"]
+
+
+def test_regressed_never_goes_with_an_interval_that_holds_zero() -> None:
+    """Every table of up to 60 pairs: "regressed" (exact one-sided p < alpha) exactly when the
+    interval shown lies below 0, at alpha 0.05 and 0.01; 10 down / 3 up of 100 (p = 0.046)
+    is regressed with an interval below 0."""
+    for alpha in (0.05, 0.01):
+        for n in (10, 30, 60):
+            for down in range(n + 1):
+                for up in range(n + 1 - down):
+                    base, run = _binary_pair(down, up, n - down - up, 0)
+                    cmp = compare_paired(
+                        base, run, baseline_binary_single=True, run_binary_single=True, alpha=alpha
+                    )
+                    assert cmp.regressed == (cmp.diff_ci_high < 0), (alpha, n, down, up)
+    base, run = _binary_pair(10, 3, 80, 7)
+    cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    assert cmp.p_value == pytest.approx(0.0461, abs=1e-4) and cmp.regressed
+    assert cmp.diff_ci_high < 0

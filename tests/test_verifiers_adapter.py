@@ -31,6 +31,23 @@ def test_a_newer_verifiers_is_refused_with_the_supported_range() -> None:
 
 
 @classic_only()
+def test_the_classic_api_refuses_an_agent_section(tmp_path: Path) -> None:
+    """Harness, runtime and seat choose how a verifiers 0.4 environment is played; a classic
+    environment plays itself, so the section is refused rather than ignored."""
+    from pytest_modal_eval.client import verifiers_classic
+
+    with pytest.raises(EnvironmentLoadError) as refused:
+        verifiers_classic.load_environment(
+            "file-qa", {"path": "x.jsonl"}, tmp_path, agent={"harness": "null"}
+        )
+    assert str(refused.value) == (
+        "environment 'file-qa': the benchmark's agent section (harness) chooses how a "
+        "verifiers 0.4 environment is played; the installed verifiers 0.3.1 has the classic "
+        "API, whose environments play themselves: remove it, or install verifiers>=0.4,<0.5"
+    )
+
+
+@classic_only()
 def test_lookup_qa_under_the_classic_api_names_the_verifiers_it_needs() -> None:
     from pytest_modal_eval.client.verifiers_adapter import missing_environment
 
@@ -205,7 +222,11 @@ def test_v1_a_few_shot_prompt_is_recorded_as_the_prompt(
 
     (tmp_path / "few_shot.py").write_text(FEW_SHOT)
     monkeypatch.syspath_prepend(str(tmp_path))
-    env = verifiers_v1.load_environment("few-shot", {}, tmp_path)
+    # The plugin's in-process harness sends the task's messages as they are (verifiers'
+    # default bash harness puts its own instructions before the system prompt).
+    env = verifiers_v1.load_environment(
+        "few-shot", {}, tmp_path, agent={"harness": "pytest-modal-eval-chat"}
+    )
     finished = run_v1(env, fake_server.base_url)
     [output] = finished[0]
     assert output["error"] is None

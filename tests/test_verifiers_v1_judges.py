@@ -184,6 +184,48 @@ def test_a_failing_judge_errors_its_examples(
     assert judge_server.stats()["chat_requests"] == len(ROWS)
 
 
+def test_a_judge_echoing_its_key_leaves_no_trace(
+    project: BenchmarkProject, judge_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A judge endpoint answering 500 with the request's ``Authorization`` header in its message:
+    the key, read from a variable whose name does not look secret (only ``api_key_var`` says it
+    is), is in no file of the run, the report or the terminal."""
+    monkeypatch.delenv("JUDGE_API_KEY")
+    monkeypatch.setenv("ACME_JUDGE", JUDGE_KEY)
+    judged_yaml(project, judge_server, "{max_retries: 0}")
+    path = project.evals / "judged.yaml"
+    path.write_text(
+        path.read_text().replace("api_key_var: JUDGE_API_KEY", "api_key_var: ACME_JUDGE")
+    )
+    judge_server.configure(fail_rate=1.0, echo_auth=True)
+    result = project.run("-v", "--junitxml=junit.xml")
+    out = "\n".join(result.outlines + result.errlines)
+    assert judge_server.stats()["failed_requests"] == len(ROWS), out
+    assert "upstream refused Authorization: Bearer [redacted]" in out, out
+    written = [p for p in project.pytester.path.rglob("*") if p.is_file()]
+    assert any(p.name == "junit.xml" for p in written)
+    assert any(p.name == "checkpoint.jsonl" for p in written)
+    for file in written:
+        assert JUDGE_KEY.encode() not in file.read_bytes(), file
+    assert JUDGE_KEY not in out
+
+
+def test_judges_key_variables_are_secret(tmp_path: Path) -> None:
+    from pytest_modal_eval.client import verifiers_v1
+
+    env = load(
+        tmp_path,
+        {
+            "id": "reference",
+            "base_url": "http://127.0.0.1:9/v1",
+            "model": "judge-model",
+            "api_key_var": "ACME_JUDGE",
+            "headers_from_env": {"X-Team": "ACME_TEAM"},
+        },
+    )
+    assert verifiers_v1.secret_variables(env) == ["ACME_JUDGE", "ACME_TEAM"]
+
+
 def load(tmp_path: Path, judge: dict[str, Any]) -> Any:
     from pytest_modal_eval.client import verifiers_v1
 

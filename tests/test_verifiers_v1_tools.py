@@ -204,7 +204,8 @@ REFUSED_TASKSETS = {
 
         __all__ = ["BoxTaskset"]
         """,
-        r"'needs-box': its tasks \(BoxTask\) need a container runtime; .* `vf-eval`",
+        r"'needs-box': its tasks \(BoxTask\) need a container runtime, and the subprocess "
+        r"runtime is not one: set agent.runtime: docker",
     ),
     "docker_tools": (
         """
@@ -221,8 +222,8 @@ REFUSED_TASKSETS = {
 
         __all__ = ["DockerTaskset"]
         """,
-        r"'docker-tools': its tool server 'docker_tools' \(DockerTools\) runs in a 'docker' "
-        r"runtime; .* `runtime` to `\{type: subprocess\}`, or its `url`",
+        r"'docker-tools': tool server 'docker_tools': runtime 'docker': .* set that toolset "
+        r"config's `runtime` to `\{type: subprocess\}` or its `url`",
     ),
     "no_prompt": (
         """
@@ -243,7 +244,8 @@ REFUSED_TASKSETS = {
 
         __all__ = ["ImageTaskset"]
         """,
-        r"'boxed-task': task 0 runs in the container image 'python:3.12'; .* `vf-eval`",
+        r"'boxed-task': task 0 runs in the container image 'python:3.12', .* agent.runtime: "
+        r"docker",
     ),
     "walled_task": (
         """
@@ -253,7 +255,7 @@ REFUSED_TASKSETS = {
 
         __all__ = ["WalledTaskset"]
         """,
-        r"'walled-task': task 0 asks for a network policy .* `vf-eval`",
+        r"'walled-task': task 0 asks for a network policy .* agent.runtime: docker",
     ),
 }
 
@@ -262,8 +264,9 @@ REFUSED_TASKSETS = {
 def test_unsupported_tasksets_are_refused_with_the_reason(
     module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Taskset shapes the plugin cannot run offline and in-process are refused when the
-    benchmark is loaded, naming the env id, what is unsupported and what to do."""
+    """Taskset shapes the subprocess runtime cannot play (on a machine without a Docker
+    daemon) are refused when the benchmark is loaded, naming the env id, what is unsupported
+    and what to do."""
     from pytest_modal_eval.client import verifiers_v1
     from pytest_modal_eval.exceptions import EnvironmentLoadError
 
@@ -410,7 +413,7 @@ def test_a_broken_taskset_errors_its_benchmark_in_one_line(project: BenchmarkPro
         "*evals/broken.yaml: environment 'import-raises': importing its taskset module raised "
         "KeyError: 'PYTEST_MODAL_EVAL_UNSET_TOKEN' (at tasksets/import_raises.py:4)"
     )
-    result.stdout.fnmatch_lines([line, f"broken: ERROR: {line}"])
+    result.stdout.fnmatch_lines([line, f"broken (test-model): ERROR: {line}"])
     assert "Traceback" not in result.stdout.str() and "self = " not in result.stdout.str()
 
 
@@ -470,7 +473,11 @@ def test_a_tasks_own_tool_server_is_started_per_rollout(
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", "/nonexistent-entry")
     fake_server.configure(call_tools=True)
-    env = verifiers_v1.load_environment("secret-tools", {}, tmp_path)
+    # The plugin's in-process harness: the test server calls the first tool offered, and
+    # verifiers' default harness (bash) offers its own first.
+    env = verifiers_v1.load_environment(
+        "secret-tools", {}, tmp_path, agent={"harness": "pytest-modal-eval-chat"}
+    )
     finished = run_v1(env, fake_server.base_url, max_concurrent_requests=2)
     for example_id in (0, 1):
         (output,) = finished[example_id]

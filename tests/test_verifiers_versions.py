@@ -50,9 +50,13 @@ def test_a_run_goes_on_under_the_other_verifiers_and_says_so(project: BenchmarkP
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert project.run_dirs("alpha") == [run_dir]
     assert project.server.stats()["chat_requests"] == missing
-    assert f"alpha: resumed: {n - missing}/{n} examples from run {run_dir.name}" in done.stdout
     assert (
-        f"alpha: note: run {run_dir.name} was started with verifiers {installed_version()} "
+        f"alpha (test-model): resumed: {n - missing}/{n} examples from run {run_dir.name}"
+        in done.stdout
+    )
+    assert (
+        f"alpha (test-model): note: run {run_dir.name} was started with verifiers "
+        f"{installed_version()} "
         f"({installed_api()} API) and goes on with verifiers {other_version} ({other_api} API): "
         "its examples and configuration are the same"
     ) in done.stdout
@@ -81,9 +85,9 @@ def test_other_examples_under_the_other_verifiers_start_a_new_run_and_say_why(
     assert len(project.run_dirs("alpha")) == 2
     result.stdout.fnmatch_lines(
         [
-            f"alpha: note: run {first.name} was made with verifiers {OTHER[0]} ({OTHER[1]} API) "
-            f"and verifiers {installed_version()} ({installed_api()} API) is installed; the "
-            "environment differs between the two (dataset differ), so that run is not "
-            "continued; starting a new run"
+            f"alpha (test-model): note: run {first.name} was made with verifiers {OTHER[0]} "
+            f"({OTHER[1]} API) and verifiers {installed_version()} ({installed_api()} API) "
+            "is installed; the environment differs between the two (dataset differ), so that run "
+            "is not continued; starting a new run"
         ]
     )

@@ -213,7 +213,8 @@ class Project:
         return data
 
     def server_log_dirs(self) -> list[Path]:
-        return sorted(p for p in (self.outputs / "logs").glob("*") if p.is_dir())
+        """Each server's log directory: ``logs/<session>/<backend>-<profile>/``."""
+        return sorted(p for p in (self.outputs / "logs").glob("*/*") if p.is_dir())
 
     def junit(self, name: str = "junit.xml") -> dict[str, Case]:
         cases = {}
@@ -296,7 +297,8 @@ def test_trained_model_passes_and_benchmarks_share_one_vllm_under_xdist(
         assert int(short.props["truncated_rollouts"]) == metadata["truncated_rollouts"]
         assert any("truncated at sampling.max_tokens" in w for w in short.warnings), short
         assert re.search(
-            r"^arithmetic_short: WARNING: \d+ of 50 rollouts were truncated at "
+            rf"^arithmetic_short \({re.escape(str(project.model))}\): WARNING: \d+ of 50 "
+            r"rollouts were truncated at "
             r"sampling\.max_tokens",
             out,
             re.M,
@@ -395,7 +397,8 @@ def test_sigkill_mid_run_then_rerun_repeats_only_in_flight_requests(
     gone_after_s = time.monotonic() - killed
     finished = intact_records(checkpoint)
     run_dir = checkpoint.parent
-    log = run_dir / "logs" / "vllm.log"
+    # The run links the log of the server that answered it: this session's, until the re-run.
+    log = (run_dir / "logs" / "vllm.log").resolve()
     received_first, answered_first = count(log, RECEIVED_LINE), count(log, ACCESS_LINE)
 
     with subtests.test("the supervisor takes vLLM down after pytest is SIGKILLed"):
@@ -414,8 +417,10 @@ def test_sigkill_mid_run_then_rerun_repeats_only_in_flight_requests(
 
     rerun = project.run(*slow)
     left = processes_under(project_dir)
-    received_second = count(log, RECEIVED_LINE) - received_first
-    answered_second = count(log, ACCESS_LINE) - answered_first
+    # Each session's server writes a log of its own, and the run now links the re-run's.
+    second_log = (run_dir / "logs" / "vllm.log").resolve()
+    received_second = count(second_log, RECEIVED_LINE)
+    answered_second = count(second_log, ACCESS_LINE)
 
     with subtests.test("the re-run completes the same run"):
         assert rerun.returncode == pytest.ExitCode.OK, describe(rerun)
@@ -428,17 +433,17 @@ def test_sigkill_mid_run_then_rerun_repeats_only_in_flight_requests(
         metadata = project.metadata("arithmetic")
         assert metadata["resumed_examples"] == finished
         assert metadata["num_examples"] == N and metadata["avg_reward"] >= 0.9
-        assert f"arithmetic: resumed: {finished}/{N} examples from run {run_dir.name}" in (
-            rerun.stdout
-        )
+        resumed = f"arithmetic ({project.model}): resumed: {finished}/{N} examples from run "
+        assert resumed + run_dir.name in rerun.stdout
 
     with subtests.test("the re-run asked vLLM only for what was not checkpointed or journaled"):
         reused = project.metadata("arithmetic")["reused_answers"]
         assert 0 <= reused <= answered_first - finished
         assert received_second == answered_second == N - finished - reused
         assert received_first + received_second <= N + concurrency
-        assert len(project.server_log_dirs()) == 1  # same profile, same log, two starts
-        assert count(log, STARTED_LINE) == 2
+        assert second_log != log  # one log per session: the re-run's lines are its own
+        assert len(project.server_log_dirs()) == 2
+        assert count(log, STARTED_LINE) == count(second_log, STARTED_LINE) == 1
 
     with subtests.test("no vLLM process survives the re-run"):
         assert left == [], f"left behind: {left}"

@@ -27,7 +27,20 @@ COMMANDS: dict[str, str] = {
 
 
 class LazyGroup(click.Group):
-    """A group whose commands are imported when used (or when ``--help`` lists them)."""
+    """A group whose commands are imported when used (or when ``--help`` lists them).
+
+    A damaged run file, a run that cannot be found or a file that cannot be written ends any
+    command in the same one line (``Error: ...``, exit status 1), with no traceback.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from pytest_modal_eval.exceptions import RecordingError, RunFileError
+        from pytest_modal_eval.runs.locate import RunNotFound
+
+        try:
+            return super().invoke(ctx)
+        except (RunFileError, RunNotFound, RecordingError) as exc:
+            raise click.ClickException(str(exc)) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*super().list_commands(ctx), *COMMANDS]

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from pytest_modal_eval.config.locations import output_dir_from
+from pytest_modal_eval.terminal_text import escape_json
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.cli.project import Project
+    from pytest_modal_eval.redact import Redactor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,42 +32,53 @@ def output_dir_option(function: F) -> F:
     )(function)
 
 
+def api_key_env_option(function: F) -> F:
+    """``--api-key-env VAR``: as for pytest, a variable whose value is a secret to keep out of
+    what the command prints, writes or shares (never the value itself)."""
+    return click.option(
+        "--api-key-env",
+        "api_key_env",
+        metavar="VAR",
+        default=None,
+        help="the variable holding the endpoint's API key, as for pytest: its value is replaced "
+        "by [redacted] in what the command prints, writes or pushes (a key itself is never "
+        "accepted). Default: ini modal_eval_api_key_env, else OPENAI_API_KEY.",
+    )(function)
+
+
+def project_redactor(api_key_env: str | None) -> Redactor:
+    """The secrets a pytest session in this directory would know from its environment."""
+    from pytest_modal_eval.cli.project import Project
+
+    return Project.find().redactor(api_key_env)
+
+
 def json_option(function: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")(
         function
     )
 
 
-def resolve_output_dir(option: str | None) -> Path:
-    """As the plugin resolves it; the ini file is looked for only when it decides."""
-    if option or os.environ.get("MODAL_EVAL_OUTPUT_DIR"):
-        return output_dir_from(option, None, Path.cwd(), os.environ)
-    from pytest_modal_eval.cli.project import Project
-
-    return Project.find().output_dir(option)
-
-
-#: The fix every "no such run" message gives: where a user finds a run's directory.
-FIND_RUNS = "`pytest-modal-eval runs --json` lists each run's id and dir"
-
-
-def require_dir(
-    path: Path, expected: str, error: type[click.ClickException] = click.ClickException
+def resolve_output_dir(
+    option: str | None,
+    project: Project | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Path:
-    """``path`` when it is a directory; else ``error`` with one line naming it and the fix.
+    """The output directory every command uses, as the plugin resolves it
+    (``config/locations.output_dir_from``): the project's ini file (``project``, else the one
+    found from here) is looked for only when it decides."""
 
-    Run paths are checked here rather than by ``click.Path(exists=True)``: click reports those
-    as usage errors (exit status 2), while every command treats a run it cannot find as its
-    own failure (exit status 1, or ``compare``'s 2 for runs that cannot be compared).
-    """
-    if path.is_dir():
-        return path
-    problem = "not a directory" if path.exists() else "no such directory"
-    raise error(f"{path}: {problem}; give {expected} ({FIND_RUNS})")
+    def ini() -> str:
+        from pytest_modal_eval.cli.project import Project
+
+        return (project or Project.find()).ini_str("modal_eval_output_dir")
+
+    where = project.invocation_dir if project is not None else Path.cwd()
+    return output_dir_from(option, ini, where, os.environ if environ is None else environ)
 
 
 def echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    click.echo(escape_json(json.dumps(value, indent=2, ensure_ascii=False, default=str)))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -5,6 +5,10 @@ The same paired comparison as a baseline or a reference model gets in a session
 finished, without evaluating anything. RUN_A is the reference; the exit status is 1 when RUN_B
 is significantly worse by more than ``--max-drop``, 0 otherwise, 2 when the runs cannot be
 compared.
+
+A run of an environment with several seats (a two-player game) has one record per seat per
+rollout: one seat is compared, ``--seat`` or RUN_A's headline seat, its examples paired by id
+and its rollouts by index (pairing across seats would average a game's opposite payoffs).
 """
 
 from __future__ import annotations
@@ -16,8 +20,12 @@ from typing import Any
 
 import click
 
-from pytest_modal_eval.cli.common import FIND_RUNS, require_dir
+from pytest_modal_eval.cli.common import output_dir_option, resolve_output_dir
+from pytest_modal_eval.exceptions import RunFileError
+from pytest_modal_eval.runs.locate import FIND_RUNS, RunNotFound, find_run
+from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.runs.resume import comparable_fields
+from pytest_modal_eval.terminal_text import escape
 
 EXIT_DROP = 1
 EXIT_UNUSABLE = 2
@@ -30,8 +38,8 @@ class CompareError(click.ClickException):
 
 
 @click.command("compare")
-@click.argument("run_a", type=click.Path(path_type=Path))
-@click.argument("run_b", type=click.Path(path_type=Path))
+@click.argument("run_a")
+@click.argument("run_b")
 @click.option("--json", "as_json", is_flag=True, help="print the comparison as JSON")
 @click.option(
     "--max-drop",
@@ -42,28 +50,51 @@ class CompareError(click.ClickException):
 )
 @click.option(
     "--alpha",
-    type=click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True),
+    type=click.FloatRange(min=0.0, max=0.5, min_open=True, max_open=True),
     default=0.05,
     show_default=True,
-    help="significance level of the one-sided paired test",
+    help="significance level of the one-sided paired test (below 0.5); the interval is "
+    "two-sided at 1 - 2 alpha",
 )
-def compare(run_a: Path, run_b: Path, as_json: bool, max_drop: float, alpha: float) -> None:
-    """Compare RUN_B with RUN_A (run directories of one benchmark) on the examples both
-    finished: difference in mean reward with its 95% CI, the one-sided p-value of the paired
+@click.option(
+    "--seat",
+    metavar="SEAT",
+    default=None,
+    help="runs of an environment with several seats: the seat compared (default: RUN_A's "
+    "headline seat, agent.seat)",
+)
+@output_dir_option
+def compare(
+    run_a: str,
+    run_b: str,
+    as_json: bool,
+    max_drop: float,
+    alpha: float,
+    seat: str | None,
+    output_dir: str | None,
+) -> None:
+    """Compare RUN_B with RUN_A (runs of one benchmark: run ids or directories) on the examples
+    both finished: difference in mean reward with its interval (two-sided at 1 - 2 alpha, so that
+    it lies below 0 exactly when the drop is significant), the one-sided p-value of the paired
     test (exact McNemar for one 0/1 rollout per example, a paired t-test over per-example means
     otherwise), the examples that flipped each way, and the smallest drop the test detects
     with 80% power. Exit status 1 when RUN_B is significantly worse by more than --max-drop."""
-    from pytest_modal_eval.judge.gate import undetectable_warning
-    from pytest_modal_eval.report.format import describe_comparison
+    from pytest_modal_eval.gate.verdict import undetectable_warning
+    from pytest_modal_eval.stats.format import describe_comparison
     from pytest_modal_eval.stats.summary import compare_paired
 
-    for path in (run_a, run_b):
-        require_dir(path, "a finished run's directory", CompareError)
-    a, b = StoredRun.read(run_a), StoredRun.read(run_b)
+    try:
+        output = resolve_output_dir(output_dir)
+        a = StoredRun.read(find_run(run_a, output), seat)
+        b = StoredRun.read(find_run(run_b, output), a.seat)
+    except (RunFileError, RunNotFound) as exc:
+        raise CompareError(str(exc)) from None
     if a.benchmark != b.benchmark:
         raise CompareError(
-            f"{run_a} is a run of benchmark {a.benchmark!r}, {run_b} of {b.benchmark!r}: "
-            "compare runs of one benchmark"
+            escape(
+                f"{a.path} is a run of benchmark {a.benchmark!r}, {b.path} of {b.benchmark!r}: "
+                "compare runs of one benchmark"
+            )
         )
     differences = a.differences(b)
     try:
@@ -77,19 +108,25 @@ def compare(run_a: Path, run_b: Path, as_json: bool, max_drop: float, alpha: flo
         )
     except ValueError as exc:
         raise CompareError(str(exc)) from None
-    warning = undetectable_warning(c, "--max-drop")
+    # Only a tolerance the user chose can be "below what the test detects"; the figure itself
+    # is printed either way.
+    source = click.get_current_context().get_parameter_source("max_drop")
+    given = source is not None and source is not click.core.ParameterSource.DEFAULT
+    warning = undetectable_warning(c, "--max-drop") if given else None
     if as_json:
         document: dict[str, Any] = {
             "benchmark": a.benchmark,
-            "run_a": {"path": str(run_a), "model": a.model, "examples": len(a.means)},
-            "run_b": {"path": str(run_b), "model": b.model, "examples": len(b.means)},
+            "run_a": {"path": str(a.path), "model": a.model, "examples": len(a.means)},
+            "run_b": {"path": str(b.path), "model": b.model, "examples": len(b.means)},
+            "seat": a.seat,
             "configuration_differs_in": differences,
             "comparison": c.to_dict(),
             "warnings": [warning] if warning else [],
         }
         click.echo(json.dumps(document, indent=2))
     else:
-        click.echo(f"{a.benchmark}: {b.model} ({run_b.name}) vs {a.model} ({run_a.name})")
+        subject = f"{a.benchmark}[{a.seat}]" if a.seat else a.benchmark
+        click.echo(escape(f"{subject}: {b.model} ({b.path.name}) vs {a.model} ({a.path.name})"))
         for line in describe_comparison(c, "A", "B"):
             click.echo(f"  {line}")
         if differences:
@@ -108,6 +145,7 @@ class StoredRun:
         self.path, self.meta, self.answer_fields = path, meta, answer_fields
         self.means: dict[str, float] = {}
         self.binary_single = False
+        self.seat: str | None = None  # the seat compared, with several
 
     @property
     def benchmark(self) -> str:
@@ -118,28 +156,40 @@ class StoredRun:
         return str(self.meta.get("model"))
 
     @classmethod
-    def read(cls, path: Path) -> StoredRun:
-        meta = _json(path / "metadata.json")
-        config = _json(path / "run_config.json") if (path / "run_config.json").exists() else {}
-        run = cls(path, meta, dict(config.get("answer_fields") or {}))
+    def read(cls, paths: RunPaths, seat: str | None = None) -> StoredRun:
+        """A finished run's means, read through the one reader of run files: ``seat``'s (None:
+        the headline seat's) when the run has several seats."""
+        meta = paths.read_metadata()
+        if meta is None:
+            raise CompareError(
+                f"{paths.dir} is not a finished run (no {paths.metadata.name}: it is written when "
+                f"the run ends); run the benchmark again to finish it ({FIND_RUNS})"
+            )
+        config = paths.read_run_config() or {}
+        run = cls(paths.dir, meta, dict(config.get("answer_fields") or {}))
         rollouts = int(meta.get("rollouts_per_example") or 1)
+        seats = meta.get("seats") or {}
+        if seats:
+            run.seat = seat if seat is not None else meta.get("seat")
+            if run.seat not in seats:
+                raise CompareError(
+                    escape(
+                        f"{paths.dir} has no seat {run.seat!r}; its seats: {', '.join(seats)} "
+                        "(choose one with --seat)"
+                    )
+                )
+        elif seat is not None:
+            raise CompareError(escape(f"{paths.dir} is a run of one seat: leave out --seat"))
         rewards: dict[str, list[float]] = defaultdict(list)
-        results = path / "results.jsonl"
-        try:
-            lines = results.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise CompareError(f"{results}: cannot read: {exc}") from None
-        for number, line in enumerate(lines, 1):
-            try:
-                record = json.loads(line)
-                if not record.get("error"):
-                    rewards[str(record["example_id"])].append(float(record["reward"]))
-            except (ValueError, KeyError, TypeError):
-                raise CompareError(f"{results}:{number}: not a rollout record") from None
+        for record in paths.records():
+            if run.seat is not None and record.get("agent") != run.seat:
+                continue
+            if not record.get("error"):
+                rewards[str(record["example_id"])].append(float(record["reward"]))
         # Only examples with every rollout finished, as the run's own summary counts them.
         run.means = {i: sum(r) / len(r) for i, r in rewards.items() if len(r) == rollouts}
         if not run.means:
-            raise CompareError(f"{path}: no finished example in {results.name}")
+            raise CompareError(f"{paths.dir}: no finished example in {paths.results.name}")
         run.binary_single = rollouts == 1 and all(v in (0.0, 1.0) for v in run.means.values())
         return run
 
@@ -147,17 +197,3 @@ class StoredRun:
         """Answer-changing settings that differ, other than the model's identity."""
         mine, theirs = comparable_fields(self.answer_fields), comparable_fields(other.answer_fields)
         return sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CompareError(
-            f"{path.parent} is not a finished run's directory (no {path.name}); {FIND_RUNS}"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise CompareError(f"{path}: unreadable: {exc}") from None
-    if not isinstance(data, dict):
-        raise CompareError(f"{path}: not a JSON object")
-    return data

@@ -7,6 +7,7 @@ stops only what it deployed itself.
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -51,12 +52,10 @@ def deploy_spec(
 
 
 def _parse_overrides(overrides: tuple[str, ...]) -> list[str]:
-    import pytest
-
     for text in overrides:
         try:
             parse_override(text)
-        except pytest.UsageError as exc:
+        except argparse.ArgumentTypeError as exc:
             raise click.BadParameter(str(exc), param_hint="--override") from None
     return list(overrides)
 
@@ -109,12 +108,12 @@ def deploy(
     `pytest evals/ --model MODEL` then uses it instead of deploying again, and does not stop
     it. Apply changed scaling settings by deploying again.
     """
-    from pytest_modal_eval.cli.project import Project
+    from pytest_modal_eval.cli.common import resolve_output_dir
     from pytest_modal_eval.exceptions import ServingError
     from pytest_modal_eval.serving.modal.backend import ModalServer
 
     spec = deploy_spec(model, benchmark_path, _parse_overrides(overrides), warm=warm)
-    logs = Project.find().output_dir(output_dir) / "logs" / f"modal-{spec.profile.key()}"
+    logs = resolve_output_dir(output_dir) / "logs" / f"modal-{spec.profile.key()}"
     server = ModalServer(
         spec.profile,
         logs_dir=logs,

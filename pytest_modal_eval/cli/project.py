@@ -3,19 +3,18 @@
 The plugin reads its ini keys through pytest; the command line must read the same files the
 same way without starting pytest (loading every plugin costs seconds). pytest's own search
 for the ini file (``determine_setup``) is private API, so it is used here only, and
-``tests/test_cli_project.py`` pins what this module relies on.
+``tests/test_cli.py`` pins what this module relies on.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from _pytest.config.findpaths import determine_setup
 
-from pytest_modal_eval.config import locations
+from pytest_modal_eval.redact import Redactor
 
 
 @dataclass(frozen=True)
@@ -51,10 +50,17 @@ class Project:
             return [str(item) for item in value]
         return list(default)
 
-    def output_dir(self, option: str | None, environ: Mapping[str, str] | None = None) -> Path:
-        return locations.output_dir_from(
-            option,
-            self.ini_str("modal_eval_output_dir"),
-            self.invocation_dir,
-            os.environ if environ is None else environ,
-        )
+    def api_key_env(self, option: str | None) -> str:
+        """The variable holding the endpoint's key, as pytest resolves ``--api-key-env``: the
+        option, else ini ``modal_eval_api_key_env``, else ``OPENAI_API_KEY``."""
+        return option or self.ini_str("modal_eval_api_key_env") or "OPENAI_API_KEY"
+
+    def redactor(
+        self, api_key_env: str | None, environ: Mapping[str, str] | None = None
+    ) -> Redactor:
+        """The secrets a pytest session of this project knows from its environment (as
+        ``collect.context.session_redactor`` finds them): the key :meth:`api_key_env` names,
+        the variables ini ``modal_eval_secret_env`` lists, the plugin's credentials and every
+        variable with a secret-looking name."""
+        names = [self.api_key_env(api_key_env), *self.ini_lines("modal_eval_secret_env", [])]
+        return Redactor.from_environ(environ, names=names)

@@ -12,9 +12,15 @@ from pathlib import Path
 
 import click
 
-from pytest_modal_eval.cli.common import require_dir
+from pytest_modal_eval.cli.common import (
+    api_key_env_option,
+    output_dir_option,
+    project_redactor,
+    resolve_output_dir,
+)
 from pytest_modal_eval.exceptions import ShareError
-from pytest_modal_eval.redact import Redactor
+from pytest_modal_eval.runs.locate import find_locations
+from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.share import bundle, hub
 
 
@@ -24,7 +30,6 @@ from pytest_modal_eval.share import bundle, hub
     metavar="RUN...",
     nargs=-1,
     required=True,
-    type=click.Path(path_type=Path),
 )
 @click.option(
     "--to",
@@ -39,24 +44,35 @@ from pytest_modal_eval.share import bundle, hub
     default=False,
     help="create the repository private (an existing one keeps its visibility).",
 )
-def push(locations: tuple[Path, ...], repo_id: str, private: bool) -> None:
+@output_dir_option
+@api_key_env_option
+def push(
+    locations: tuple[str, ...],
+    repo_id: str,
+    private: bool,
+    output_dir: str | None,
+    api_key_env: str | None,
+) -> None:
     """Push finished runs to a dataset repository on the Hugging Face Hub.
 
     One configuration per benchmark x model (the newest run given of each), with a dataset
-    card. The token comes from HF_TOKEN. Pushing the same runs again changes nothing.
+    card. The token comes from HF_TOKEN. Pushing the same runs again changes nothing. The
+    secrets a pytest session of this project knows (--api-key-env, ini modal_eval_secret_env,
+    secret-named variables) are replaced by [redacted] in everything pushed.
     """
-    for location in locations:
-        require_dir(location, "a run directory or a directory holding runs")
+    root = resolve_output_dir(output_dir)
+    named = {location: find_locations(location, root) for location in locations}
     try:
         hub.check_repo_id(repo_id)
         token = hub.hub_token(os.environ)
-        redactor = Redactor.from_environ()
+        redactor = project_redactor(api_key_env)
         runs = []
-        for location in locations:
-            found = bundle.find_runs(location)
-            named = [paths.dir for paths in found] == [location]  # a run, not a folder of runs
+        for location, found in named.items():
+            # A run named itself (its directory or id) is loaded even unfinished, so the
+            # error says why; in a folder of runs, unfinished ones are skipped.
+            folder = Path(location).is_dir() and not RunPaths(Path(location)).is_run()
             for paths in found:
-                if not named and not paths.finished():
+                if folder and not paths.finished():
                     click.echo(f"skipped {paths.dir}: not finished")
                     continue
                 runs.append(bundle.load_run(paths.dir, redactor))

@@ -6,32 +6,67 @@ from pathlib import Path
 
 import click
 
-from pytest_modal_eval.cli.common import require_dir
-from pytest_modal_eval.report.html import ReportError, find_runs, write_report
-
-EXPECTED = "a run directory, a benchmark's directory or the output directory"
+from pytest_modal_eval.cli.common import (
+    api_key_env_option,
+    output_dir_option,
+    project_redactor,
+    resolve_output_dir,
+)
+from pytest_modal_eval.report.html import write_report
+from pytest_modal_eval.report.page import ReportError
+from pytest_modal_eval.runs.locate import RunNotFound, find_locations, newest_finished
 
 
 @click.command("report")
-@click.argument("runs", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("runs", metavar="RUN...", nargs=-1, required=True)
 @click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=Path("report.html"),
     show_default=True,
-    help="where to write the page",
+    help="where to write the page (its directory must exist)",
 )
-def report(runs: tuple[Path, ...], output: Path) -> None:
+@output_dir_option
+@api_key_env_option
+def report(
+    runs: tuple[str, ...], output: Path, output_dir: str | None, api_key_env: str | None
+) -> None:
     """Write one self-contained HTML page for RUN... .
 
-    Each RUN is a run directory (it holds metadata.json), or a directory above run
+    Each RUN is a run id or a run directory (it holds metadata.json), or a directory above run
     directories (a benchmark's, or the whole output directory): then the newest finished run
-    of each benchmark and model in it.
+    of each benchmark and model in it. The secrets a pytest session of this project knows are
+    replaced by [redacted] on the page.
     """
+    folder = output.parent
+    if not folder.is_dir():
+        problem = "not a directory" if folder.exists() else "no such directory"
+        raise click.ClickException(
+            f"-o {output}: {folder} is {problem}; create it first or choose another -o"
+        )
+    root = resolve_output_dir(output_dir)
+    run_dirs: list[Path] = []
+    for run in runs:
+        try:
+            found = find_locations(run, root)
+        except RunNotFound:
+            if not Path(run).is_dir():
+                raise
+            found = []  # a directory without runs: told below, as one without finished runs
+        finished = [paths.dir for paths in newest_finished(found)]
+        if not finished:
+            raise click.ClickException(
+                f"{run}: no finished run here (a run directory holds metadata.json, written when "
+                "the run ends); run the benchmark again to finish it, or pass a finished run"
+            )
+        run_dirs += finished
     try:
-        run_dirs = [run_dir for path in runs for run_dir in find_runs(require_dir(path, EXPECTED))]
-        benchmarks = write_report(output, [(run_dir, None) for run_dir in run_dirs])
+        benchmarks = write_report(
+            output,
+            [(run_dir, None) for run_dir in run_dirs],
+            redactor=project_redactor(api_key_env),
+        )
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
     examples = sum(len(b.rows) for b in benchmarks)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pytest_modal_eval.cli.common import (
@@ -12,23 +14,42 @@ from pytest_modal_eval.cli.common import (
     resolve_output_dir,
     table,
 )
-from pytest_modal_eval.runs.paths import RunListing, list_runs
+from pytest_modal_eval.exceptions import RunFileError
+from pytest_modal_eval.runs.locate import list_runs
+from pytest_modal_eval.runs.paths import RunListing
+from pytest_modal_eval.terminal_text import escape
 
 
 def reward_text(run: RunListing) -> str:
-    if run.avg_reward is None:
+    return _reward_text(run.avg_reward, run.stderr, run.ci)
+
+
+def seat_text(figures: dict[str, Any]) -> str:
+    """One seat's figures as ``metadata.json`` records them (``seats``), as :func:`reward_text`
+    writes a run's."""
+    return _reward_text(figures.get("avg_reward"), figures.get("stderr"), figures.get("ci"))
+
+
+def _reward_text(mean: float | None, stderr: float | None, ci: Any) -> str:
+    if mean is None:
         return "-"
-    text = f"{run.avg_reward:.3f}"
-    if run.stderr is not None:
-        text += f" ± {run.stderr:.3f}"
-    if run.ci is not None and None not in run.ci:
-        text += f" [{run.ci[0]:.3f}, {run.ci[1]:.3f}]"
+    text = f"{mean:.3f}"
+    if stderr is not None:
+        text += f" ± {stderr:.3f}"
+    if ci is not None and None not in ci:
+        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
     return text
+
+
+def time_text(run: RunListing) -> str:
+    """``eval 64s, server 1m50s``: the run's two times, labelled as everywhere."""
+    text = f"eval {duration(run.eval_s)}"
+    return text + (f", server {duration(run.server_s)}" if run.server_s is not None else "")
 
 
 def row(run: RunListing) -> list[str]:
     started = run.started_at.strftime("%Y-%m-%d %H:%M") if run.started_at else "-"
-    return [
+    cells = [
         run.benchmark,
         run.model,
         run.run_id,
@@ -36,13 +57,22 @@ def row(run: RunListing) -> list[str]:
         reward_text(run),
         run.verdict or "-",
         started,
-        duration(run.duration_s),
+        duration(run.eval_s),
+        duration(run.server_s),
     ]
+    return [escape(cell) for cell in cells]
 
 
 @click.command()
 @click.option("-b", "--benchmark", metavar="NAME", default=None, help="only this benchmark")
-@click.option("-m", "--model", metavar="ORG/NAME", default=None, help="only this model")
+@click.option(
+    "-m",
+    "--model",
+    metavar="MODEL",
+    default=None,
+    help="only this model, named as given to --model (ORG/NAME, a path), by its directory's "
+    "name, or by its slug (ORG--NAME, local--DIRNAME)",
+)
 @click.option(
     "-l",
     "--limit",
@@ -60,17 +90,33 @@ def runs(
     output_dir: str | None,
     as_json: bool,
 ) -> None:
-    """List runs, newest first: state, reward ± stderr [95 % CI], verdict, start, duration.
+    """List runs, newest first: state, reward ± stderr [95 % CI], verdict, start, evaluation
+    time and server time (each summed over the sessions that evaluated the run).
 
-    Reads only the small files of each run (never the results or the checkpoint).
+    Reads only the small files of each run (never the results or the checkpoint). A run whose
+    files are damaged is named on stderr, one line each, and the exit status is 1.
     """
     root = resolve_output_dir(output_dir)
-    found = list_runs(root, benchmark=benchmark, model=model, limit=limit)
+    problems: list[RunFileError] = []
+    found = list_runs(root, benchmark=benchmark, model=model, limit=limit, problems=problems)
+    try:
+        _print(found, root, filtered=benchmark is not None or model is not None, as_json=as_json)
+    finally:
+        for problem in problems:
+            click.echo(f"Error: {problem}", err=True)
+    if problems:
+        raise SystemExit(1)
+
+
+def _print(found: list[RunListing], root: object, *, filtered: bool, as_json: bool) -> None:
     if as_json:
         echo_json([run.to_json() for run in found])
         return
     if not found:
-        click.echo(f"no runs in {root}")
+        if filtered:
+            click.echo(f"no runs match in {root}; `pytest-modal-eval runs` lists every run")
+        else:
+            click.echo(f"no runs in {root}")
         return
     headers = [
         "BENCHMARK",
@@ -80,6 +126,7 @@ def runs(
         "REWARD ± SE [95% CI]",
         "VERDICT",
         "STARTED",
-        "DURATION",
+        "EVAL TIME",
+        "SERVER TIME",
     ]
     click.echo(table(headers, [row(run) for run in found]))

@@ -8,25 +8,30 @@ from typing import Any
 import click
 
 from pytest_modal_eval.cli.common import (
-    FIND_RUNS,
+    api_key_env_option,
     echo_json,
     json_option,
     output_dir_option,
+    project_redactor,
     resolve_output_dir,
 )
-from pytest_modal_eval.cli.runs import reward_text
-from pytest_modal_eval.runs.paths import find_run, read_listing
+from pytest_modal_eval.cli.runs import reward_text, seat_text, time_text
+from pytest_modal_eval.runs.locate import find_run
+from pytest_modal_eval.runs.paths import read_listing
+from pytest_modal_eval.terminal_text import escape
 
 
 def _text(messages: Any, limit: int = 400) -> str:
-    """A prompt or completion (a list of chat messages, or a string) as one short line."""
+    """A prompt or completion (a list of chat messages, or a string) as one short line, its
+    control characters shown escaped (a model's text never drives the terminal)."""
     if isinstance(messages, list):
         parts = [str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in messages]
         text = " | ".join(p for p in parts if p)
     else:
         text = "" if messages is None else str(messages)
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return escape(text)
 
 
 @click.command()
@@ -43,56 +48,77 @@ def _text(messages: Any, limit: int = 400) -> str:
     help="examples to show (0: none)",
 )
 @output_dir_option
+@api_key_env_option
 @json_option
 def show(
-    run: str, missed: bool, errored: bool, limit: int, output_dir: str | None, as_json: bool
+    run: str,
+    missed: bool,
+    errored: bool,
+    limit: int,
+    output_dir: str | None,
+    api_key_env: str | None,
+    as_json: bool,
 ) -> None:
-    """Show one run (RUN: a run id, or its directory)."""
-    output = resolve_output_dir(output_dir)
-    paths = find_run(run, output)
-    if paths is None:
-        raise click.ClickException(
-            f"no run {run!r} in {output}; give a run id (or a unique prefix) or a run "
-            f"directory ({FIND_RUNS})"
-        )
+    """Show one run (RUN: a run id, or its directory).
+
+    The secrets a pytest session of this project knows are shown as [redacted].
+    """
+    paths = find_run(run, resolve_output_dir(output_dir))
     listing = read_listing(paths)
-    config = paths.read_run_config() or {}
-    examples = []
+    redactor = project_redactor(api_key_env)
+    config = redactor.json(paths.read_run_config() or {}, by_name=False)
+    examples: list[dict[str, Any]] = []
+    # Every record is read, also past the last one shown: a damaged file is an error here as
+    # in every other command, never a listing that silently stops early.
     for record in paths.records():
         failed = bool(record.get("error"))
         if errored and not failed:
             continue
         if missed and (failed or float(record.get("reward") or 0.0) >= 1.0):
             continue
-        examples.append(record)
-        if len(examples) >= limit:
-            break
+        if len(examples) < limit:
+            examples.append(redactor.json(record, by_name=False))
     if as_json:
-        echo_json({"run": listing.to_json(), "config": config, "examples": examples})
+        run_json = redactor.json(listing.to_json(), by_name=False)
+        echo_json({"run": run_json, "config": config, "examples": examples})
         return
-    click.echo(f"run {listing.run_id}  {paths.dir}")
-    click.echo(f"  benchmark {listing.benchmark}   model {listing.model}")
-    click.echo(f"  state     {listing.state_text}")
-    click.echo(f"  reward    {reward_text(listing)}")
+
+    def echo(line: str) -> None:
+        click.echo(redactor.text(line))
+
+    echo(escape(f"run {listing.run_id}  {paths.dir}"))
+    echo(escape(f"  benchmark {listing.benchmark}   model {listing.model}"))
+    echo(f"  state     {listing.state_text}")
+    echo(f"  reward    {reward_text(listing)}")
+    for name, figures in ((paths.read_metadata() or {}).get("seats") or {}).items():
+        echo(escape(f"    {name}: {seat_text(figures)}"))
     if listing.verdict:
-        click.echo(f"  verdict   {listing.verdict}")
+        echo(escape(f"  verdict   {listing.verdict}"))
+    echo(f"  time      {time_text(listing)}")
     startup = config.get("server_startup")
-    if startup:
-        click.echo("  start-up  " + ", ".join(f"{k} {v}s" for k, v in startup.items()))
-    click.echo("configuration:")
+    if isinstance(startup, dict) and startup:
+        echo(escape("  start-up  " + ", ".join(f"{k} {v}s" for k, v in startup.items())))
+    echo("configuration:")
     for key in ("env_id", "endpoint", "sampling", "rollouts", "num_examples", "chat_template"):
         if key in config:
-            click.echo(f"  {key}: {json.dumps(config[key], default=str)}")
+            echo(f"  {key}: {json.dumps(config[key], default=str)}")  # ASCII JSON
     resolved = config.get("config") or {}
     for section in ("infra", "vllm", "eval", "gate", "env_args"):
         if section in resolved:
-            click.echo(f"  {section}: {json.dumps(resolved[section], default=str)}")
-    click.echo(f"examples ({len(examples)} shown):")
+            echo(f"  {section}: {json.dumps(resolved[section], default=str)}")
+    if paths.torn_checkpoint():
+        echo(
+            f"  note: the last line of {paths.checkpoint.name} is cut off (the run was killed "
+            "while writing it); its example is evaluated again when the run resumes"
+        )
+    echo(f"examples ({len(examples)} shown):")
     for record in examples:
         mark = "ERROR" if record.get("error") else f"reward {float(record.get('reward') or 0):g}"
-        click.echo(f"- #{record.get('example_id')} r{record.get('rollout', 0)}  {mark}")
-        click.echo(f"    prompt:     {_text(record.get('prompt'))}")
-        click.echo(f"    completion: {_text(record.get('completion'))}")
-        click.echo(f"    answer:     {_text(record.get('answer'))}")
+        # Several seats: one record per seat per rollout, each named.
+        seat = f" [{record['agent']}]" if record.get("seats") and record.get("agent") else ""
+        echo(escape(f"- #{record['example_id']} r{record.get('rollout') or 0}{seat}  {mark}"))
+        echo(f"    prompt:     {_text(record.get('prompt'))}")
+        echo(f"    completion: {_text(record.get('completion'))}")
+        echo(f"    answer:     {_text(record.get('answer'))}")
         if record.get("error"):
-            click.echo(f"    error:      {_text(record.get('error'))}")
+            echo(f"    error:      {_text(record.get('error'))}")

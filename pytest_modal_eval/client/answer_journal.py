@@ -11,7 +11,11 @@ body, not the host, which may differ on resume (another port, a new proxy). On r
 answers of examples the checkpoint does not hold yet are loaded, and a request whose example
 and bytes match a stored answer gets that answer back instead of going to the server (several
 identical requests -- the rollouts of one example -- each get a different stored answer, in
-order). Only the body and the headers that decode it are stored.
+order). Only the body, decoded (as the client read it, whatever ``Content-Encoding`` it came
+in), and its ``Content-Type`` are stored, with the secrets the session knows replaced by
+``[redacted]`` in its text (a server may echo the request's key in an answer): a record made
+from a replayed answer holds the text one made from the answer itself would, since the run's
+records are redacted the same way (a reward that looks for the secret's value can differ).
 Multi-turn rollouts replay turn by turn: the second request contains the first answer, so it
 matches only when the first was replayed.
 
@@ -33,7 +37,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.redact import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +53,16 @@ current_example: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 )
 
 RawHeaders = tuple[tuple[bytes, bytes], ...]
-#: The answer headers kept: what decoding the body needs. Others (cookies, tracing ids, a
-#: gateway's) are not written to disk.
-KEPT_HEADERS = frozenset({b"content-type", b"content-encoding"})
+#: The answer headers kept: what reading the (decoded) body needs. Others (cookies, tracing
+#: ids, a gateway's, the encoding the body came in) are not written to disk.
+KEPT_HEADERS = frozenset({b"content-type"})
 
 
 @dataclass(frozen=True)
 class Answer:
+    """An answer as the client read it: ``content`` is the body decoded from any
+    ``Content-Encoding``."""
+
     status: int
     raw_headers: RawHeaders
     content: bytes
@@ -69,10 +79,14 @@ class AnswerJournal:
     directory) it logs one warning and stops recording, and the run goes on as without it.
     """
 
-    def __init__(self, path: Path, finished: Callable[[int], bool]) -> None:
+    def __init__(
+        self, path: Path, finished: Callable[[int], bool], redactor: Redactor | None = None
+    ) -> None:
         """Open ``path``, keeping the stored answers of the examples ``finished`` says are not
-        (an example outside this run's selection is not: its answers stay for a later run)."""
+        (an example outside this run's selection is not: its answers stay for a later run).
+        Answers are written with the secrets ``redactor`` knows replaced."""
         self.path = path
+        self.redactor = redactor
         self.problem: str | None = None  # why recording stopped, for the run's summary
         # example -> request key -> stored answers not handed out yet in this process
         self._replay: dict[int, dict[str, deque[Answer]]] = {}
@@ -81,6 +95,9 @@ class AnswerJournal:
         self._dead_bytes = self._live_bytes = self._size = 0
         self._fd = -1
         self.replayed = 0
+        # Examples given a stored answer, and examples that asked the server, until finished.
+        self._replayed_examples: set[int] = set()
+        self._asked: set[int] = set()
         try:
             stored = _read(path)
         except OSError as exc:
@@ -100,22 +117,32 @@ class AnswerJournal:
         if not stored:
             return None
         self.replayed += 1
+        self._replayed_examples.add(example)  # type: ignore[arg-type]  # not None here
         return stored.popleft()
 
     def record(self, example: int | None, key: str, answer: Answer) -> None:
         """Append an answer that just arrived (a no-op outside an example's task)."""
+        if example is not None:
+            self._asked.add(example)
         if example is not None and self._fd >= 0:
+            if self.redactor is not None:
+                answer = redacted(answer, self.redactor)
             self._guarded(self._append, example, _encode(example, key, answer))
 
-    def finished(self, example: int) -> None:
+    def finished(self, example: int) -> bool:
         """``example`` is in the checkpoint (finished, or errored and to be retried afresh):
-        its answers are no longer needed."""
+        its answers are no longer needed. True when every answer it got was replayed (this
+        process asked the server nothing for it)."""
+        replayed_only = example in self._replayed_examples and example not in self._asked
+        self._replayed_examples.discard(example)
+        self._asked.discard(example)
         for _, length in self._records.pop(example, ()):
             self._dead_bytes += length
             self._live_bytes -= length
         self._replay.pop(example, None)
         if self._dead_bytes >= COMPACT_AFTER_BYTES and self._dead_bytes > self._live_bytes:
             self._guarded(self._compact)
+        return replayed_only
 
     def close(self) -> None:
         """Close the file: deleted when no answer in it is needed any more, else rewritten
@@ -181,6 +208,28 @@ class AnswerJournal:
                     os.ftruncate(fd, self._size)
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+
+def redacted(answer: Answer, redactor: Redactor) -> Answer:
+    """``answer`` with the secrets ``redactor`` knows replaced in its body: in each string of a
+    JSON body, as the run's records are redacted (so a record made from either answer holds
+    the same text), else in its text. A body that holds none is kept byte for byte."""
+    text = answer.content.decode("utf-8", "surrogateescape")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        clean = redactor.text(text)
+        if clean == text:
+            return answer
+        return Answer(answer.status, answer.raw_headers, clean.encode("utf-8", "surrogateescape"))
+    cleaned = redactor.json(value, by_name=False)
+    if cleaned is value or cleaned == value:
+        return answer
+    try:
+        body = json.dumps(cleaned, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:  # a lone surrogate (\ud800 in the body): kept escaped
+        body = json.dumps(cleaned, separators=(",", ":")).encode()
+    return Answer(answer.status, answer.raw_headers, body)
 
 
 def _encode(example: int, key: str, answer: Answer) -> bytes:

@@ -46,9 +46,9 @@ from pytest_modal_eval.client.answer_journal import (
     current_example,
     request_key,
 )
-from pytest_modal_eval.client.env_proxy import ProxyOptions, aiohttp_options
 from pytest_modal_eval.client.send_order import SendsFirst, trace_config
 from pytest_modal_eval.exceptions import DirectClientError
+from pytest_modal_eval.serving.env_proxy import ProxyOptions, aiohttp_options
 
 if TYPE_CHECKING:
     from pytest_modal_eval.serving.modal.redirect_proxy import ModalProxy
@@ -189,7 +189,7 @@ class DirectOpenAI:
                 ok = 200 <= status < 300
                 if ok and self._journal is not None and journal_entry is not None:
                     # Recorded as it arrives, before it waits for its turn (see below).
-                    self._journal.record(*journal_entry, Answer(status, raw_headers, content))
+                    self._record(journal_entry, status, raw_headers, content)
                 # The requests waiting for the slot this answer freed go out first.
                 await self._order.answered()
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -208,6 +208,18 @@ class DirectOpenAI:
                 retries_taken += 1
                 continue
             raise status_error(response)
+
+    def _record(
+        self, entry: tuple[int | None, str], status: int, raw_headers: RawHeaders, content: bytes
+    ) -> None:
+        """Journal an answer, decoded as the client reads it (the journal redacts its text)."""
+        assert self._journal is not None
+        if any(name.lower() == b"content-encoding" for name, _ in raw_headers):
+            try:
+                content = self._http.Response(status, headers=raw_headers, content=content).content
+            except self._http.DecodingError:
+                return  # not journaled; the caller gets the error as the answer is read
+        self._journal.record(*entry, Answer(status, raw_headers, content))
 
     async def _exchange(
         self, session: aiohttp.ClientSession, url: str, headers: dict[str, str], data: bytes

@@ -9,15 +9,28 @@ to do and is passed on as it is.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import site
 import sysconfig
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 
-import pytest_modal_eval
 from pytest_modal_eval.exceptions import EnvironmentLoadError
+
+
+def not_installed(env_id: str, bundled: Iterable[str], install_hint: str) -> str:
+    """The message for an environment that is not installed: a close bundled id first (a typo
+    such as ``fileqa`` for ``file-qa`` needs no installation), then how to install it."""
+    close = difflib.get_close_matches(env_id.lower(), sorted(bundled), n=1, cutoff=0.75)
+    if close:
+        return (
+            f"environment {env_id!r} is not installed; did you mean {close[0]!r}, bundled "
+            f"with the plugin (env_id: {close[0]})? If not, {install_hint}"
+        )
+    return f"environment {env_id!r} is not installed: {install_hint}"
 
 
 def _package_dir(name: str) -> Path | None:
@@ -44,15 +57,14 @@ def under(path: Path, prefixes: tuple[str, ...]) -> bool:
     return (str(path) + os.sep).startswith(prefixes)
 
 
+#: This plugin's package directory (this file is in its ``client/``).
+_PLUGIN_DIR = Path(__file__).resolve().parents[1]
+
 #: Code that is never the environment's: the interpreter's (the standard library and installed
 #: packages, an environment's own package excepted), verifiers, this plugin.
 _NOT_THE_ENVIRONMENTS = (
     *interpreter_dirs(),
-    *(
-        _as_prefix(p)
-        for p in (_package_dir("verifiers"), Path(pytest_modal_eval.__file__).parent)
-        if p is not None
-    ),
+    *(_as_prefix(p) for p in (_package_dir("verifiers"), _PLUGIN_DIR) if p is not None),
 )
 
 

@@ -81,3 +81,19 @@ def match_rollouts(claimed: Sequence[int | None], missing: Sequence[int]) -> lis
             break  # more outputs than rollouts asked for: the rest are not recorded
         matched.append(index)
     return matched
+
+
+def match_seat_rollouts(
+    outputs: Sequence[dict[str, Any]], missing: Sequence[int]
+) -> list[tuple[dict[str, Any], int]]:
+    """Each output of a group with its rollout index (:func:`match_rollouts`), matched per
+    seat: an environment with several seats gives one output per seat per rollout (``agent``
+    names the seat), and each seat's outputs claim the same indexes."""
+    by_seat: dict[Any, list[dict[str, Any]]] = {}
+    for output in outputs:
+        by_seat.setdefault(output.get("agent"), []).append(output)
+    matched: list[tuple[dict[str, Any], int]] = []
+    for group in by_seat.values():
+        indexes = match_rollouts([o.get(ROLLOUT_COLUMN) for o in group], missing)
+        matched += zip(group, indexes, strict=False)
+    return matched

@@ -62,17 +62,34 @@ class VerifiersAPI(Protocol):
     def missing_environment(self, env_id: str) -> str | None:
         """Why ``env_id`` cannot be loaded here (not installed), or None; imports nothing."""
 
-    def load_environment(self, env_id: str, env_args: dict[str, Any], base_dir: Path) -> Any:
+    def load_environment(
+        self,
+        env_id: str,
+        env_args: dict[str, Any],
+        base_dir: Path,
+        *,
+        agent: dict[str, Any] | None = None,
+        num_examples: int | None = None,
+        max_turns: int | None = None,
+    ) -> Any:
         """The environment, with errors (:class:`EnvironmentLoadError`) that say how to fix
-        them."""
+        them. ``agent`` is the benchmark's agent section (harness, runtime, seat: v1 only);
+        ``num_examples`` bounds an infinite taskset; ``max_turns`` caps each v1 seat's turns
+        where the environment sets no limit."""
 
     def dataset_rows(self, env: Any, num_examples: int | None) -> EvalRowsLike:
         """The evaluation rows, ``example_id`` ascending from 0 as the dataset orders them."""
 
+    def secret_variables(self, env: Any) -> list[str]:
+        """Names of the environment variables the environment's judges and the seats that
+        pin their own endpoint read credentials from (v1 ``api_key_var``,
+        ``headers_from_env``): their values are redacted from outputs."""
+
     def check_judge_endpoints(self, env: Any, timeout: float) -> None:
         """Raise :class:`~pytest_modal_eval.exceptions.EndpointError` when a judge model the
-        environment's benchmark configures cannot answer within ``timeout`` seconds (v1
-        ``task.judges``); a classic environment's judge clients are its own."""
+        environment's benchmark configures (v1 ``task.judges``), or the model a seat pins at
+        an endpoint of its own, cannot answer within ``timeout`` seconds; a classic
+        environment's judge clients are its own."""
 
     async def run_examples(
         self,
@@ -150,12 +167,34 @@ def missing_environment(env_id: str) -> str | None:
     return implementation().missing_environment(env_id)
 
 
-def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> Any:
-    return implementation().load_environment(env_id, env_args, base_dir)
+def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path, **options: Any) -> Any:
+    return implementation().load_environment(env_id, env_args, base_dir, **options)
+
+
+def played(env: Any, model: str | None = None) -> dict[str, Any] | None:
+    """How the environment is played (its Env, each seat's harness, runtime and model and
+    where they came from; ``model`` is the benchmark's), for ``metadata.json``; None for the
+    classic API."""
+    if installed_api() != "v1":
+        return None
+    return cast("dict[str, Any]", env.metadata(model))
+
+
+def seats(env: Any) -> tuple[list[str], str | None]:
+    """The seats that each have a record of their own per rollout, in the environment's order,
+    and the one ``agent.seat`` names (None: not named); ``([], None)`` for an environment with
+    one seat, whose one record per rollout is keyed by the rollout alone."""
+    if installed_api() != "v1" or len(env.seats) < 2:
+        return [], None
+    return list(env.seats), env.scored_seat
 
 
 def dataset_rows(env: Any, num_examples: int | None) -> EvalRowsLike:
     return implementation().dataset_rows(env, num_examples)
+
+
+def secret_variables(env: Any) -> list[str]:
+    return implementation().secret_variables(env)
 
 
 def check_judge_endpoints(env: Any, timeout: float) -> None:

@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any, overload
 
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
-from pytest_modal_eval.client.environment_errors import environment_frame, load_failure
+from pytest_modal_eval.client.environment_errors import (
+    environment_frame,
+    load_failure,
+    not_installed,
+)
 from pytest_modal_eval.client.rollout_seeds import (
     ROLLOUT_COLUMN,
     SLOT_WAIT_COLUMN,
@@ -59,15 +63,33 @@ def missing_environment(env_id: str) -> str | None:
         )
     name = module_name(env_id)
     if importlib.util.find_spec(name) is None:
-        return f"environment {env_id!r} is not installed: " + INSTALL_HINT.format(
-            env_id=env_id, module=name
+        return not_installed(
+            env_id, [*BUNDLED, *BUNDLED_V1_ONLY], INSTALL_HINT.format(env_id=env_id, module=name)
         )
     return None
 
 
-def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> Any:
-    """Load a verifiers environment by id, with errors that say how to fix them."""
+def load_environment(
+    env_id: str,
+    env_args: dict[str, Any],
+    base_dir: Path,
+    *,
+    agent: dict[str, Any] | None = None,
+    num_examples: int | None = None,
+    max_turns: int | None = None,
+) -> Any:
+    """Load a verifiers environment by id, with errors that say how to fix them.
+    ``num_examples`` and ``max_turns`` are the runner's business here (a classic environment
+    keeps its own turn limits)."""
     import verifiers as vf
+
+    if agent:
+        raise EnvironmentLoadError(
+            f"environment {env_id!r}: the benchmark's agent section ({', '.join(agent)}) "
+            "chooses how a verifiers 0.4 environment is played; the installed verifiers "
+            f"{vf.__version__} has the classic API, whose environments play themselves: remove "
+            "it, or install verifiers>=0.4,<0.5"
+        )
 
     _quiet_datasets()
     args = dict(env_args)
@@ -196,6 +218,11 @@ ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
 
 #: State columns each rollout's output carries (see :mod:`.seeded_client`): its rollout index,
 #: and the seconds its requests waited for a free request slot (``eval.prefetch``).
+
+
+def secret_variables(env: Any) -> list[str]:
+    """A classic environment's judge clients are its own: it names no key variables."""
+    return []
 
 
 def check_judge_endpoints(env: Any, timeout: float) -> None:

@@ -5,27 +5,26 @@ module ``name`` with ``-`` -> ``_``) exporting a ``vf.Taskset`` subclass in ``__
 ``env_args`` are the taskset config's fields. ``file-qa`` is the plugin's own
 (:mod:`pytest_modal_eval.envs.file_qa_v1`).
 
-Each rollout runs through verifiers' public ``vf.Agent`` with, instead of v1's defaults (which
-reach the network), a local setup:
+Each rollout is one episode of the environment's own ``Env``
+(:mod:`.verifiers_v1_env`: its seats, harness and runtime as ``vf-eval`` resolves them, the
+benchmark's ``agent`` section over them), with the plugin attached where it must be:
 
-- runtime ``subprocess`` (default: a Prime cloud sandbox, which needs a public tunnel);
-- harness ``pytest-modal-eval-chat`` (:mod:`.verifiers_v1_harness`), a chat loop with tool
-  calls run in-process (v1's ``null``/``bash`` harnesses ``uv``-install a script's packages
-  from PyPI);
-- the taskset's tool servers (MCP) as local processes: its shared ones started once per run
-  here, a task's own started per rollout by verifiers, both in the ``subprocess`` runtime;
 - an interception server on 127.0.0.1 (:class:`PluginInterception`) whose model client is the
   plugin's :class:`~pytest_modal_eval.client.direct_client.DirectOpenAI`, so the in-flight cap,
   the answer journal, per-rollout seeds, retries, timeouts and proxy settings are the same as
-  with the classic API;
+  with the classic API (streamed turns included);
+- the taskset's shared tool servers (MCP) started once per run here, a task's own started per
+  rollout by verifiers;
 - judge models (``task.judges``) called through the plugin's openai client, at the endpoint
   and model the benchmark names (:mod:`.verifiers_v1_judges`);
+- a seat that pins its own endpoint sends its calls there through a plugin client of its own
+  (:mod:`.verifiers_v1_seats`), checked before the benchmark's model server is started;
 - nothing is uploaded (results go to the plugin's checkpoint, as with the classic API).
 
-Single-agent tasksets run this way, multi-turn, with tools and judges; tasks that need a
-container or a user, judges without an endpoint of their own, and tool servers that need
-another runtime, are refused with a message that says why and what to do
-(:func:`load_environment`).
+The bundled tasksets (``file-qa``, ``lookup-qa``) are played by ``vf.Agent`` directly with
+the plugin's in-process harness ``pytest-modal-eval-chat`` (:mod:`.verifiers_v1_harness`) in
+the ``subprocess`` runtime. What cannot run here is refused when the benchmark loads, saying
+why and what to set (:func:`load_environment`).
 """
 
 from __future__ import annotations
@@ -47,21 +46,35 @@ from typing import Any, overload
 import verifiers.v1 as vf
 from pydantic import ValidationError
 from pydantic_core import from_json
+from verifiers.v1.clients import ModelContext
+from verifiers.v1.clients.client import RelayReply
 from verifiers.v1.dialects import Dialect
 from verifiers.v1.envs.single_agent import SingleAgentEnv
 from verifiers.v1.errors import model_error
 from verifiers.v1.interception import InterceptionServer
 from verifiers.v1.mcp import SharedToolServer, serve_shared
 from verifiers.v1.session import RolloutSession
-from verifiers.v1.utils.loaders import environment_class, load_taskset, taskset_config_type
+from verifiers.v1.utils.loaders import taskset_config_type
 
-from pytest_modal_eval.client import verifiers_v1_judges
+from pytest_modal_eval.client import modal_sandbox, verifiers_v1_judges
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
 from pytest_modal_eval.client.direct_client import DirectOpenAI, open_direct_client, slot_waits
-from pytest_modal_eval.client.environment_errors import interpreter_dirs, load_failure, under
+from pytest_modal_eval.client.environment_errors import (
+    interpreter_dirs,
+    load_failure,
+    not_installed,
+    under,
+)
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
-from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID
+from pytest_modal_eval.client.verifiers_v1_env import LoadedEnv, build_env, runtime_problem, serving
+from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID, run_client
 from pytest_modal_eval.client.verifiers_v1_judges import check_judges, plugin_judge_clients
+from pytest_modal_eval.client.verifiers_v1_seats import (
+    SeatClients,
+    check_player_endpoints,
+    run_player,
+)
+from pytest_modal_eval.client.verifiers_v1_seats import secret_variables as seat_secrets
 from pytest_modal_eval.client.workers import run_workers
 from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
 from pytest_modal_eval.serving.endpoint import Endpoint
@@ -105,30 +118,88 @@ def missing_environment(env_id: str) -> str | None:
         return None
     from verifiers import __version__
 
-    return f"environment {env_id!r} is not installed: " + INSTALL_HINT.format(
-        env_id=env_id, module=module, version=__version__
+    return not_installed(
+        env_id, BUNDLED, INSTALL_HINT.format(env_id=env_id, module=module, version=__version__)
     )
 
 
 @dataclass
 class V1Environment:
-    """A loaded taskset and its tasks (``tasks[i]`` is example ``i``)."""
+    """A loaded taskset and its tasks (``tasks[i]`` is example ``i``); ``played`` is the
+    environment's ``Env`` and how its seats are played (None for the bundled tasksets, which
+    the plugin's own harness plays in-process)."""
 
     env_id: str
     taskset: vf.Taskset[Any, Any]
     tasks: list[vf.Task[Any, Any, Any]]
+    played: LoadedEnv | None = None
+    scored_seat: str | None = None
+
+    @property
+    def seats(self) -> list[str]:
+        """The seats an episode records, one record each, in the environment's order (the
+        bundled tasksets' one agent is ``agent``)."""
+        return list(self.played.seats) if self.played is not None else ["agent"]
+
+    def metadata(self, model: str | None = None) -> dict[str, Any]:
+        """What ``metadata.json`` records about how the environment was played; ``model`` is
+        the benchmark's, which plays every seat that pins no model of its own."""
+        if self.played is None:
+            return {
+                "env": "SingleAgentEnv",
+                "env_from": "plugin",
+                "seats": {
+                    "agent": {
+                        "harness": HARNESS_ID,
+                        "harness_from": "plugin",
+                        "runtime": "subprocess",
+                        "runtime_from": "plugin",
+                        **run_player(model),
+                    }
+                },
+            }
+        env = self.played.env
+        if self.played.env_ref:
+            env_from = "benchmark"
+        else:
+            env_from = "default" if type(env) is SingleAgentEnv else "taskset"
+        return {
+            "env": type(env).__name__,
+            "env_id": self.played.env_ref,
+            "env_from": env_from,
+            "seats": self.played.played(model),
+            "scored_seat": self.scored_seat,
+        }
 
 
-def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V1Environment:
-    """Load the v1 taskset ``env_id`` with ``env_args`` as its config, checked to be one the
-    plugin can run offline."""
+def load_environment(
+    env_id: str,
+    env_args: dict[str, Any],
+    base_dir: Path,
+    *,
+    agent: Mapping[str, Any] | None = None,
+    num_examples: int | None = None,
+    max_turns: int | None = None,
+) -> V1Environment:
+    """Load the v1 environment ``env_id`` with ``env_args`` as its taskset's config: its own
+    ``Env`` and seats, harness and runtime as verifiers' evaluation resolves them, with the
+    benchmark's ``agent`` section over them; refused, saying why and what to set, where it
+    cannot run here. An infinite taskset runs its first ``num_examples`` tasks."""
     problem = missing_environment(env_id)
     if problem:
         raise EnvironmentLoadError(problem)
+    agent = dict(agent or {})
     # verifiers' config validators replace parts of the data they are given (``task.judges``
     # entries become config objects); the caller's env_args stay plain JSON.
     given = copy.deepcopy(env_args)
+    played: LoadedEnv | None = None
+    scored_seat: str | None = None
     if env_id in BUNDLED:
+        if any(agent.get(key) for key in ("harness", "runtime", "seat", "env")):
+            raise EnvironmentLoadError(
+                f"environment {env_id!r} is bundled with pytest-modal-eval and played by its "
+                "own in-process harness; remove the benchmark's agent section"
+            )
         module_path, taskset_name, config_name = BUNDLED[env_id]
         module = importlib.import_module(module_path)
         try:
@@ -147,24 +218,33 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
         except Exception as exc:  # the module's own code runs here
             raise load_failure(env_id, "importing its taskset module", exc, own) from None
         try:
-            config = config_type.model_validate({**given, "id": env_id})
+            config_type.model_validate({**given, "id": env_id})
         except ValidationError as exc:
             raise EnvironmentLoadError(_config_problem(env_id, exc, config_type)) from None
-        env_class = environment_class(env_id)
-        if env_class is not SingleAgentEnv:
-            raise EnvironmentLoadError(
-                f"environment {env_id!r} runs its tasks in its own Env ({env_class.__name__}), "
-                "e.g. several agents or a judge; pytest-modal-eval runs single-agent tasksets "
-                "only (one model answering each task)"
-            )
         try:
-            taskset = load_taskset(config)
+            played = build_env(
+                env_id,
+                given,
+                harness=agent.get("harness"),
+                runtime=agent.get("runtime"),
+                max_turns=max_turns,
+                env=agent.get("env"),
+            )
+        except EnvironmentLoadError:
+            raise
         except Exception as exc:
             raise load_failure(env_id, "building its taskset", exc, own) from None
-    _check_runnable(env_id, taskset)
+        taskset = played.env.taskset
+        scored_seat = _scored_seat(env_id, list(played.seats), agent.get("seat"))
+    _check_runnable(env_id, taskset, played)
     check_judges(env_id, judges(taskset), env_args)
     if not taskset.bounded:
-        raise EnvironmentLoadError(f"environment {env_id!r} has infinitely many tasks")
+        if num_examples is None:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r} has infinitely many tasks; set eval.num_examples to "
+                "the number to run"
+            )
+        taskset = taskset.take(num_examples)
     try:
         tasks = list(taskset)
     except Exception as exc:
@@ -173,8 +253,23 @@ def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path) -> V
         raise load_failure(env_id, "loading its tasks", exc, module_name(env_id)) from None
     if not tasks:
         raise EnvironmentLoadError(f"environment {env_id!r} has no tasks")
-    _check_tasks(env_id, tasks)
-    return V1Environment(env_id, taskset, tasks)
+    if played is None or all(p.runtime.get("type") == "subprocess" for p in played.seats.values()):
+        opener = played is not None and type(played.env) is not SingleAgentEnv
+        _check_tasks(env_id, tasks, user_opens=opener)
+    return V1Environment(env_id, taskset, tasks, played, scored_seat)
+
+
+def _scored_seat(env_id: str, seats: list[str], named: str | None) -> str | None:
+    """The seat ``agent.seat`` names (checked), the only one, or None: several seats and no
+    name, each gated only when the benchmark asks for every seat (``gate.every_seat``)."""
+    if named is not None:
+        if named not in seats:
+            raise EnvironmentLoadError(
+                f"environment {env_id!r} has no seat {named!r} (agent.seat); its seats: "
+                f"{', '.join(seats)}"
+            )
+        return named
+    return seats[0] if len(seats) == 1 else None
 
 
 def judges(taskset: vf.Taskset[Any, Any]) -> list[vf.JudgeConfig]:
@@ -182,11 +277,28 @@ def judges(taskset: vf.Taskset[Any, Any]) -> list[vf.JudgeConfig]:
     return list(getattr(taskset.config.task, "judges", None) or [])
 
 
+def secret_variables(env: V1Environment) -> list[str]:
+    """See :meth:`~pytest_modal_eval.client.verifiers_adapter.VerifiersAPI.secret_variables`."""
+    players = env.played.players if env.played is not None else {}
+    return [
+        *(
+            name
+            for config in judges(env.taskset)
+            for name in (config.api_key_var, *config.headers_from_env.values())
+        ),
+        *seat_secrets(players),
+    ]
+
+
 def check_judge_endpoints(env: V1Environment, timeout: float) -> None:
-    """See :func:`~pytest_modal_eval.client.verifiers_v1_judges.check_judge_endpoints`."""
+    """See :func:`~pytest_modal_eval.client.verifiers_v1_judges.check_judge_endpoints`; the
+    endpoints seats pin are checked the same way
+    (:func:`~pytest_modal_eval.client.verifiers_v1_seats.check_player_endpoints`)."""
     found = judges(env.taskset)
     if found:
         verifiers_v1_judges.check_judge_endpoints(found, timeout)
+    if env.played is not None:
+        check_player_endpoints(env.played.players, timeout)
 
 
 def _config_problem(env_id: str, exc: ValidationError, config_type: type[Any]) -> str:
@@ -202,29 +314,32 @@ def _config_problem(env_id: str, exc: ValidationError, config_type: type[Any]) -
     return f"environment {env_id!r} rejected env_args: {'; '.join(problems)}"
 
 
-def _check_tasks(env_id: str, tasks: Sequence[vf.Task[Any, Any, Any]]) -> None:
-    """Refuse tasks a single agent in a local process cannot play (verifiers would fail each
-    of their rollouts, or raise before one starts)."""
+def _check_tasks(
+    env_id: str, tasks: Sequence[vf.Task[Any, Any, Any]], *, user_opens: bool = False
+) -> None:
+    """Refuse tasks a local process cannot play (verifiers would fail each of their
+    rollouts, or raise before one starts). ``user_opens``: the environment's ``Env`` may open
+    a prompt-less task itself (a scripted or simulated user)."""
     for index, task in enumerate(tasks):
         data = task.data
-        if data.prompt is None:
+        if data.prompt is None and not user_opens:
             raise EnvironmentLoadError(
                 f"environment {env_id!r}: task {index} has no prompt; such a task is opened by "
-                "a user (verifiers' user-simulation env), and pytest-modal-eval runs "
-                "single-agent tasks whose prompt opens the rollout; give every task a prompt"
+                "a user, and a plain taskset (SingleAgentEnv) has none: its prompt opens the "
+                "rollout; give every task a prompt, or export an Env that opens it (as "
+                "verifiers' user-sim env does)"
             )
         if data.image is not None:
             raise EnvironmentLoadError(
                 f"environment {env_id!r}: task {index} runs in the container image "
-                f"{data.image!r}; pytest-modal-eval runs v1 tasks in-process, without a "
-                "container: run it with `vf-eval` and a docker or prime runtime instead"
+                f"{data.image!r}, which the subprocess runtime cannot give it: set "
+                "agent.runtime: docker (or podman) where a daemon runs"
             )
         if "*" not in data.network_allow or data.network_block:
             raise EnvironmentLoadError(
                 f"environment {env_id!r}: task {index} asks for a network policy "
                 "(network_allow / network_block), which only verifiers' container runtimes "
-                "enforce; pytest-modal-eval runs v1 tasks in-process: run it with `vf-eval` "
-                "and a docker or prime runtime instead"
+                "enforce: set agent.runtime: docker (or podman) where a daemon runs"
             )
 
 
@@ -234,24 +349,47 @@ def _toolsets(taskset: vf.Taskset[Any, Any]) -> list[Any]:
     return [*task_type.toolsets(taskset.config.task), *type(taskset).toolsets(taskset.config)]
 
 
-def _check_runnable(env_id: str, taskset: vf.Taskset[Any, Any]) -> None:
-    """Refuse tasks that need what a local, in-process rollout cannot give them."""
+def _check_runnable(
+    env_id: str, taskset: vf.Taskset[Any, Any], played: LoadedEnv | None = None
+) -> None:
+    """Refuse tasks that need what the seats' runtimes cannot give them, and tool servers
+    in a runtime this machine does not have."""
     task_type = type(taskset).task_type()
-    if task_type.NEEDS_CONTAINER:
+    runtimes = (
+        {p.runtime.get("type", "subprocess") for p in played.seats.values()}
+        if played
+        else {"subprocess"}
+    )
+    if task_type.NEEDS_CONTAINER and "subprocess" in runtimes:
         raise EnvironmentLoadError(
             f"environment {env_id!r}: its tasks ({task_type.__name__}) need a container "
-            "runtime; pytest-modal-eval runs v1 tasks in-process, without one: run it with "
-            "verifiers' own `vf-eval` and a docker or prime runtime instead"
+            "runtime, and the subprocess runtime is not one: set agent.runtime: docker (or "
+            "podman) where a daemon runs"
         )
     for toolset in _toolsets(taskset):
         config = toolset.config
-        runtime = getattr(getattr(config, "runtime", None), "type", "subprocess")
-        if getattr(config, "url", None) is None and runtime != "subprocess":
+        runtime = getattr(config, "runtime", None)
+        if getattr(config, "url", None) is not None or runtime is None:
+            continue
+        if runtime.type == modal_sandbox.RUNTIME:
             raise EnvironmentLoadError(
-                f"environment {env_id!r}: its tool server {toolset.server_name!r} "
-                f"({type(toolset).__name__}) runs in a {runtime!r} runtime; pytest-modal-eval "
-                "starts tool servers as local processes only: set that toolset config's "
-                "`runtime` to `{type: subprocess}`, or its `url` to a server already running"
+                f"environment {env_id!r}: tool server {toolset.server_name!r}: runtime "
+                "'modal': a tool server in a Modal sandbox reaches its rollouts' state on this "
+                "machine only through a public tunnel, which pytest-modal-eval does not open; "
+                "set that toolset config's `runtime` to `{type: subprocess}` or its `url` to a "
+                "server already running"
+            )
+        problem = runtime_problem(
+            runtime.model_dump(mode="json"),
+            f"environment {env_id!r}: tool server {toolset.server_name!r}:",
+        )
+        if problem:
+            raise EnvironmentLoadError(
+                problem.replace(
+                    "set agent.runtime: subprocess",
+                    "set that toolset config's `runtime` to "
+                    "`{type: subprocess}` or its `url` to a server already running",
+                )
             )
 
 
@@ -328,9 +466,10 @@ class PluginClient(vf.Client):  # type: ignore[misc]
     :class:`DirectOpenAI` sends each request, seeded for its rollout and keyed for the answer
     journal by its example."""
 
-    def __init__(self, direct: DirectOpenAI) -> None:
+    def __init__(self, direct: DirectOpenAI, rollouts: dict[str, _Rollout] | None = None) -> None:
         self.direct = direct
-        self.rollouts: dict[str, _Rollout] = {}  # trace id -> its rollout
+        # trace id -> its rollout (shared by the clients of one run's endpoints)
+        self.rollouts: dict[str, _Rollout] = {} if rollouts is None else rollouts
         self._http = direct._http
 
     async def get_response(
@@ -366,6 +505,32 @@ class PluginClient(vf.Client):  # type: ignore[misc]
         response.raw = raw
         return response
 
+    async def relay(
+        self,
+        dialect: Dialect,
+        body: dict[str, Any],
+        session_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> RelayReply:
+        """A streamed turn (verifiers' harness programs stream): asked whole through
+        :meth:`get_response` (so it is capped, journaled, seeded and retried like any other)
+        and handed back as the dialect's server-sent events, which the interception server
+        reads to the end before it serves the turn anyway."""
+        whole = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        response = await self.get_response(
+            dialect, whole, vf.SamplingConfig(), session_id=session_id, headers=headers
+        )
+        events = list(dialect.stream_events(response.raw or {}))
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for event in events:
+                yield event
+
+        async def close() -> None:
+            pass
+
+        return RelayReply(content_type="text/event-stream", chunks=chunks(), close=close)
+
     async def close(self) -> None:
         pass  # closed by the run, which owns it
 
@@ -387,13 +552,17 @@ def _provider_error(exc: Exception) -> Exception:
 
 
 class PluginInterception(InterceptionServer):  # type: ignore[misc]
-    """verifiers' interception server on 127.0.0.1 whose rollouts all use ``client``.
+    """verifiers' interception server on 127.0.0.1 whose rollouts use ``client``, but those
+    of a seat that pins an endpoint of its own: the client ``seat_clients`` gives for it.
 
     ``shared_tools`` are the taskset's tool servers started for the run: those that keep
     per-rollout state reach it here with their own secret."""
 
     def __init__(
-        self, client: PluginClient, shared_tools: Mapping[str, SharedToolServer] = {}
+        self,
+        client: PluginClient,
+        shared_tools: Mapping[str, SharedToolServer] = {},
+        seat_clients: SeatClients | None = None,
     ) -> None:
         super().__init__(
             requires_tunnel=False,
@@ -402,10 +571,12 @@ class PluginInterception(InterceptionServer):  # type: ignore[misc]
             ),
         )
         self.plugin_client = client
+        self.seat_clients = seat_clients
 
     def register(self, session: RolloutSession) -> tuple[str, str]:
         secrets: tuple[str, str] = super().register(session)
-        session.client = self.plugin_client
+        own = self.seat_clients.for_config(session.ctx.client) if self.seat_clients else None
+        session.client = own or self.plugin_client
         return secrets
 
 
@@ -457,14 +628,20 @@ def rollout_output(
     trace: vf.Trace,
     rollout: _Rollout,
     max_turns: int | None = None,
+    own: vf.TaskData | None = None,
 ) -> dict[str, Any]:
-    """A finished rollout in the shape the plugin records (verifiers 0.3's rollout output)."""
+    """A finished rollout in the shape the plugin records (verifiers 0.3's rollout output).
+
+    ``own``: the task a seat of an episode played (its trace's ``task.data``), which may not be
+    the episode's (a game hands each seat a question of its own): its ``answer`` and ``info``
+    are the record's, and its prompt when it has one (a modeled user's seat has none)."""
+    data = own if own is not None else task.data
     messages = (
         [m.model_dump(mode="json", exclude_none=True) for m in trace.branches[-1].messages]
         if trace.branches
         else []
     )
-    prompt = prompt_messages(task.data)
+    prompt = prompt_messages(data if data.prompt is not None else task.data)
     first_reply = prompt_length(messages, prompt)
     error: dict[str, str] | None = None
     if not trace.ok and trace.last_error is not None:
@@ -482,8 +659,8 @@ def rollout_output(
         "example_id": example_id,
         "prompt": messages[:first_reply] or prompt,
         "completion": messages[first_reply:],
-        "answer": getattr(task.data, "answer", None),
-        "info": getattr(task.data, "info", None),
+        "answer": getattr(data, "answer", None),
+        "info": getattr(data, "info", None),
         "reward": trace.reward,
         "metrics": metrics,
         "error": error,
@@ -498,6 +675,72 @@ def rollout_output(
         ROLLOUT_COLUMN: rollout.index,
         SLOT_WAIT_COLUMN: sum(rollout.waits),
     }
+
+
+def episode_outputs(
+    example_id: int,
+    task: vf.Task[Any, Any, Any],
+    episode: Any,
+    seats: Sequence[str],
+    rollout: _Rollout,
+    max_turns: int | None = None,
+) -> list[dict[str, Any]]:
+    """An episode of the environment's ``Env`` as one rollout record per seat: each seat's
+    trace (``agent`` names the seat) and the task it played, with the other seats' results
+    beside it under ``seats``.
+
+    The seats of one episode are finished or errored together: an episode whose
+    ``run()``/``finalize()`` raised, or one seat of which errored or never played, errors
+    every seat's record, so a retried rollout replays the whole episode and the records of
+    one rollout never mix two episodes (a game's payoffs belong together).
+    """
+    traces = list(episode.traces)
+    outputs: list[dict[str, Any]] = []
+    for seat in seats:
+        named = [t for t in traces if t.agent is not None and t.agent.name == seat]
+        # One seat takes the episode's only trace whatever its name; of several, each seat
+        # takes only a trace of its own name.
+        mine = named[-1] if named else (traces[-1] if len(traces) == len(seats) == 1 else None)
+        if mine is not None:
+            output = rollout_output(example_id, task, mine, rollout, max_turns, mine.task.data)
+        else:
+            unplayed = vf.Trace(
+                task=vf.TraceTask(type=type(task).__name__, data=task.data),
+                agent=vf.AgentInfo(config=vf.AgentConfig(), name=seat),
+            )
+            output = rollout_output(example_id, task, unplayed, rollout, max_turns)
+            output["error"] = {
+                "error": "NoTrace",
+                "message": f"the episode ran no agent in seat {seat!r}",
+            }
+        if episode.errors and output["error"] is None:
+            last = episode.errors[-1]
+            output["error"] = {"error": last.type, "message": last.message}
+        output["agent"] = seat
+        others = {
+            (t.agent.name if t.agent is not None else "") or str(i): {
+                "reward": t.reward,
+                "metrics": {n: r.score for n, r in t.rewards.items() if r is not None}
+                | {n: v for n, v in t.metrics.items() if v is not None},
+                "stop_condition": t.stop_condition,
+                "error": t.last_error.type if not t.ok and t.last_error is not None else None,
+            }
+            for i, t in enumerate(traces)
+            if t is not mine
+        }
+        if others:
+            output["seats"] = others
+        outputs.append(output)
+    failed = next((o for o in outputs if o["error"] is not None), None)
+    if failed is not None:
+        for output in outputs:
+            if output["error"] is None:
+                output["error"] = {
+                    "error": "SeatError",
+                    "message": f"seat {failed['agent']!r} of the same episode errored: "
+                    f"{failed['error'].get('message') or failed['error'].get('error')}",
+                }
+    return outputs
 
 
 async def run_examples(
@@ -531,6 +774,23 @@ async def run_examples(
         journal=journal,
     )
     client = PluginClient(direct)
+    opened: list[DirectOpenAI] = []
+
+    def seat_client(base_url: str, api_key: str | None, headers: dict[str, str]) -> PluginClient:
+        """The client of an endpoint a seat pins: the run's settings, its own key."""
+        seat_direct = open_direct_client(
+            base_url,
+            api_key=api_key,
+            headers=headers,
+            request_timeout=request_timeout,
+            max_retries=max_retries,
+            max_connections=max(64, max_concurrent_requests * 2),
+            max_in_flight=max_concurrent_requests,
+            journal=journal,
+        )
+        opened.append(seat_direct)
+        return PluginClient(seat_direct, client.rollouts)
+
     agent_config = vf.AgentConfig(
         harness={"id": HARNESS_ID},
         runtime=vf.SubprocessConfig(),
@@ -555,18 +815,41 @@ async def run_examples(
                 )
             )
             stack.enter_context(_tool_servers_import_like_this_process(env))
+            await stack.enter_async_context(run_client())
             shared = await stack.enter_async_context(_shared_tools(env))
-            interception = await stack.enter_async_context(PluginInterception(client, shared))
-            agent = vf.Agent(agent_config, interception=interception)
-            stack.push_async_callback(agent.harness.aclose)
+            seats = SeatClients(agent_config.client, seat_client)
+            interception = await stack.enter_async_context(
+                PluginInterception(client, shared, seats)
+            )
+            if env.played is None:
+                agent = vf.Agent(agent_config, interception=interception)
+                stack.push_async_callback(agent.harness.aclose)
+            else:
+                await stack.enter_async_context(serving(env.played.env, interception, shared))
+            context = ModelContext(
+                model=endpoint.model,
+                client=agent_config.client,
+                sampling=agent_config.sampling,
+            )
 
-            async def run_one(example_id: int, task: Any, rollout: _Rollout) -> dict[str, Any]:
+            async def run_one(
+                example_id: int, task: Any, rollout: _Rollout
+            ) -> list[dict[str, Any]]:
+                minted_ids: list[str] = []
+
                 def minted(trace: vf.Trace) -> None:
                     client.rollouts[trace.id] = rollout
+                    minted_ids.append(trace.id)
 
-                trace = await agent.run(task, tools=shared, on_trace=minted)
-                client.rollouts.pop(trace.id, None)
-                return rollout_output(example_id, task, trace, rollout, max_turns)
+                try:
+                    if env.played is None:
+                        trace = await agent.run(task, tools=shared, on_trace=minted)
+                        return [rollout_output(example_id, task, trace, rollout, max_turns)]
+                    episode = await env.played.env.run_episode(task, context, on_trace=minted)
+                    return episode_outputs(example_id, task, episode, env.seats, rollout, max_turns)
+                finally:
+                    for trace_id in minted_ids:
+                        client.rollouts.pop(trace_id, None)
 
             async def worker() -> None:
                 for row in pending:
@@ -574,14 +857,16 @@ async def run_examples(
                     task = env.tasks[example_id]
                     indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
                     group = [_Rollout(example_id, i, []) for i in list(indexes)[:rollouts]]
-                    outputs = await asyncio.gather(*(run_one(example_id, task, r) for r in group))
-                    on_example(example_id, list(outputs))
+                    episodes = await asyncio.gather(*(run_one(example_id, task, r) for r in group))
+                    on_example(example_id, [output for seats in episodes for output in seats])
                     reason = should_stop()
                     if reason is not None:
                         raise RunAborted(reason)
 
             await run_workers(worker, slots)
     finally:
+        for seat_direct in opened:
+            await seat_direct.close()
         await direct.close()
 
 

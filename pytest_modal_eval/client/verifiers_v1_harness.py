@@ -25,9 +25,12 @@ Importing this module needs verifiers 0.4 (``verifiers.v1``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -39,6 +42,22 @@ import verifiers.v1 as vf
 from verifiers.v1.harnesses.utils.mcp import MCPConnection, call_mcp
 
 HARNESS_ID = "pytest-modal-eval-chat"
+
+#: The run's HTTP client to the interception endpoint, shared by every rollout's harness (an
+#: ``Env`` builds a harness object per episode and never closes it).
+_RUN_CLIENT: ContextVar[httpx.AsyncClient | None] = ContextVar("chat_run_client", default=None)
+
+
+@contextlib.asynccontextmanager
+async def run_client() -> AsyncIterator[None]:
+    """One HTTP client for the harnesses of the rollouts started inside, closed at the end."""
+    client = httpx.AsyncClient(trust_env=False, verify=False, timeout=None)
+    token = _RUN_CLIENT.set(client)
+    try:
+        yield
+    finally:
+        _RUN_CLIENT.reset(token)
+        await client.aclose()
 
 
 class ChatHarnessConfig(vf.HarnessConfig):  # type: ignore[misc]
@@ -60,6 +79,9 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
         interception server applies the model and sampling; the plugin's client behind it owns
         timeouts and retries, so this hop waits as long as that takes.
         """
+        shared = _RUN_CLIENT.get()
+        if shared is not None:
+            return shared
         if self._client is None:
             self._client = httpx.AsyncClient(trust_env=False, verify=False, timeout=None)
         return self._client

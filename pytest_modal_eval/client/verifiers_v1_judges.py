@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import openai
 import verifiers.v1 as vf
 import verifiers.v1.judge as judge_module
+from verifiers.v1.configs.client import BaseClientConfig
 
 from pytest_modal_eval.client.direct_client import open_sdk_client
 from pytest_modal_eval.exceptions import EndpointError, EnvironmentLoadError
@@ -80,32 +81,40 @@ def check_judges(
                 "endpoint, e.g. http://127.0.0.1:8001/v1, and the model it serves); a key it "
                 f"needs is read from the environment variable {where}.api_key_var names"
             )
-        url = urlsplit(config.base_url)
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise EnvironmentLoadError(
-                f"environment {env_id!r}: judge {name!r}: {where}.base_url "
-                f"{config.base_url!r} is not an http(s) URL"
-            )
-        if url.query or url.fragment:
-            raise EnvironmentLoadError(
-                f"environment {env_id!r}: judge {name!r}: {where}.base_url has a query string "
-                "or fragment; clients add the API path after the base URL, so it would not "
-                f"reach the server as meant: give the endpoint only (e.g. https://host/v1) and "
-                f"put a key in an environment variable named by {where}.api_key_var"
-            )
-        if url.username or url.password:
-            raise EnvironmentLoadError(
-                f"environment {env_id!r}: judge {name!r}: {where}.base_url holds credentials; "
-                f"put the key in an environment variable and name it in {where}.api_key_var"
-            )
-        secret = sorted(header for header in config.headers if is_secret_name(header))
-        if secret:
-            raise EnvironmentLoadError(
-                f"environment {env_id!r}: judge {name!r}: {where}.headers sets {secret} in the "
-                f"benchmark file; credentials come from the environment: use "
-                f"{where}.headers_from_env (header name -> environment variable) or "
-                f"{where}.api_key_var"
-            )
+        problem = client_config_problem(config, where)
+        if problem:
+            raise EnvironmentLoadError(f"environment {env_id!r}: judge {name!r}: {problem}")
+
+
+def client_config_problem(
+    config: BaseClientConfig, where: str, source: str = "the benchmark file"
+) -> str | None:
+    """Why a client config (a judge's, a seat's) given at ``where`` in ``source`` cannot be
+    used as it stands: not an http(s) URL, a query or credentials in it, a credential in a static
+    header; or None."""
+    url = urlsplit(config.base_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return f"{where}.base_url {config.base_url!r} is not an http(s) URL"
+    if url.query or url.fragment:
+        return (
+            f"{where}.base_url has a query string or fragment; clients add the API path after "
+            "the base URL, so it would not reach the server as meant: give the endpoint only "
+            f"(e.g. https://host/v1) and put a key in an environment variable named by "
+            f"{where}.api_key_var"
+        )
+    if url.username or url.password:
+        return (
+            f"{where}.base_url holds credentials; put the key in an environment variable and "
+            f"name it in {where}.api_key_var"
+        )
+    secret = sorted(header for header in config.headers if is_secret_name(header))
+    if secret:
+        return (
+            f"{where}.headers sets {secret} in {source}; credentials come from the environment: "
+            f"use {where}.headers_from_env (header name -> environment variable) or "
+            f"{where}.api_key_var"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -123,38 +132,51 @@ _verifiers_client = judge_module.build_async_openai
 
 
 class JudgeOpenAI(openai.AsyncOpenAI):
-    """The judge's openai client: a failure after the retries names the judge."""
+    """The openai client of a judge (or another model an environment names): a failure after
+    the retries names it (``label``: ``judge 'x'``, ``seat 'y'``)."""
 
-    judge: str = ""
+    label: str = ""
 
     async def request(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().request(*args, **kwargs)
         except openai.APIError as exc:
             raise JudgeCallError(
-                f"judge {self.judge!r} at {self.base_url}: {type(exc).__name__}: {exc}"
+                f"{self.label} at {self.base_url}: {type(exc).__name__}: {exc}"
             ) from exc
 
 
-def judge_client(config: vf.JudgeConfig, request_timeout: float, max_retries: int) -> JudgeOpenAI:
-    """The client one judge call uses: ``config``'s endpoint, key variable and headers, the
-    plugin's timeouts, retries and proxy rule."""
+def client_headers(config: BaseClientConfig) -> dict[str, str]:
+    """``config``'s static headers with those its ``headers_from_env`` variables set."""
     headers = dict(config.headers)
     for header, variable in config.headers_from_env.items():
         value = os.environ.get(variable)
         if value is not None:
             headers[header] = value
+    return headers
+
+
+def endpoint_client(
+    config: BaseClientConfig, label: str, request_timeout: float, max_retries: int
+) -> JudgeOpenAI:
+    """An openai client for a verifiers client config: its endpoint, key variable and
+    headers, the plugin's timeouts, retries and proxy rule."""
     client: JudgeOpenAI = open_sdk_client(
         config.base_url,
         api_key=os.environ.get(config.api_key_var),
-        headers=headers,
+        headers=client_headers(config),
         request_timeout=request_timeout,
         max_retries=max_retries,
         max_connections=8,
         sdk_class=JudgeOpenAI,
     )
-    client.judge = judge_name(config)
+    client.label = label
     return client
+
+
+def judge_client(config: vf.JudgeConfig, request_timeout: float, max_retries: int) -> JudgeOpenAI:
+    """The client one judge call uses (:func:`endpoint_client`)."""
+    return endpoint_client(config, f"judge {judge_name(config)!r}", request_timeout, max_retries)
 
 
 def check_judge_endpoints(judges: Sequence[vf.JudgeConfig], timeout: float) -> None:
@@ -172,7 +194,12 @@ def check_judge_endpoints(judges: Sequence[vf.JudgeConfig], timeout: float) -> N
 async def _judge_problems(judges: Sequence[vf.JudgeConfig], timeout: float) -> list[str]:
     wheres = [f"env_args.task.judges[{index}]" for index in range(len(judges))]
     asked = zip(judges, wheres, strict=True)
-    found = await asyncio.gather(*(_judge_problem(c, where, timeout) for c, where in asked))
+    found = await asyncio.gather(
+        *(
+            endpoint_problem(c, c.model, f"judge {judge_name(c)!r}", where, timeout)
+            for c, where in asked
+        )
+    )
     return [
         f"judge {judge_name(config)!r} ({where}) at {config.base_url}: {problem}"
         for config, where, problem in zip(judges, wheres, found, strict=True)
@@ -184,10 +211,21 @@ async def _judge_problems(judges: Sequence[vf.JudgeConfig], timeout: float) -> l
 _VERSIONED = re.compile(r"/v\d+[a-z0-9]*/?$")
 
 
-async def _judge_problem(config: vf.JudgeConfig, where: str, timeout: float) -> str | None:
-    client = judge_client(config, request_timeout=timeout, max_retries=1)
+async def endpoint_problem(
+    config: BaseClientConfig,
+    model: str | None,
+    label: str,
+    where: str,
+    timeout: float,
+    model_field: str | None = None,
+) -> str | None:
+    """Why the endpoint ``config`` names cannot serve ``model`` (unreachable, refuses its key,
+    does not list the model; ``None``: not checked), said with the fields under ``where``
+    (``model_field``: where the model is named, else ``<where>.model``); or None when it
+    can."""
+    client = endpoint_client(config, label, request_timeout=timeout, max_retries=1)
     try:
-        served = [model.id async for model in client.models.list()]
+        served = [entry.id async for entry in client.models.list()]
     except JudgeCallError as exc:
         cause = exc.__cause__
         if isinstance(cause, openai.NotFoundError):
@@ -207,13 +245,14 @@ async def _judge_problem(config: vf.JudgeConfig, where: str, timeout: float) -> 
         detail = f"{cause or exc}"
         if isinstance(cause, openai.APIConnectionError) and cause.__cause__ is not None:
             detail += f" {type(cause.__cause__).__name__}: {cause.__cause__}"
-        return f"GET /models failed ({detail}); check that the judge's server is running"
+        noun = label.split(" ", 1)[0]  # judge, seat
+        return f"GET /models failed ({detail}); check that the {noun}'s server is running"
     finally:
         await client.close()
-    if served and config.model not in served:
+    if served and model is not None and model not in served:
         return (
-            f"the endpoint does not serve model {config.model!r}; it serves: "
-            f"{', '.join(served)}. Set {where}.model to the served name"
+            f"the endpoint does not serve model {model!r}; it serves: "
+            f"{', '.join(served)}. Set {model_field or f'{where}.model'} to the served name"
         )
     return None
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from pytest_modal_eval.report.progress import ELAPSED_KEY
+
 SOLVED, PARTIAL, MISSED, ERRORED = "solved", "partial", "missed", "errored"
 STATUS_KEY = "status"  # the subtest keyword that carries it
 
@@ -48,16 +50,15 @@ def example_status(rewards: list[float], error: str | None) -> str:
 class ExampleStatusWords:
     """Shows each example subtest by its status: ``SOLVED``/``PARTIAL``/``MISSED``/``ERRORED``.
 
-    Registered on every process; the hook runs where reports are shown (the controller under
-    xdist). Only the plugin's example subtests (an ``eval`` item's, with a ``status`` keyword)
-    are touched; pytest's own implementation answers for everything else.
+    Asked in every process, wherever a report is shown (the controller under xdist), before
+    pytest's subtests plugin answers. Only the plugin's example subtests (an ``eval`` item's,
+    with a ``status`` keyword) are touched; None leaves everything else to pytest.
     """
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_report_teststatus(
+    def status(
         self, report: pytest.TestReport, config: pytest.Config
     ) -> tuple[str, str, str | tuple[str, dict[str, bool]]] | None:
-        """Runs wherever a report is shown, before pytest's subtests plugin answers."""
+        """The report's category, letter and word, or None when it is not an example's."""
         context = getattr(report, "context", None)
         kwargs = getattr(context, "kwargs", None)
         if report.when != "call" or not isinstance(kwargs, dict) or "eval" not in report.keywords:
@@ -77,7 +78,7 @@ class ExampleStatusWords:
             return (category, "", "") if status == MISSED else ("", "", "")
         msg = getattr(context, "msg", None)
         parts = [f"[{msg}]"] if msg is not None else []
-        shown = {k: v for k, v in kwargs.items() if k != STATUS_KEY}
+        shown = {k: v for k, v in kwargs.items() if k not in (STATUS_KEY, ELAPSED_KEY)}
         if shown:
             parts.append("(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")")
         word = f"{status.upper()} {' '.join(parts)}".rstrip()
@@ -126,9 +127,11 @@ class PassedExampleLog:
 
 class _PassedExample:
     """What pytest still reads of a passed example's subtest report once it is logged: that
-    it passed (for the counts of the last summary line). Shared by every such report."""
+    it passed (for the counts of the last summary line). Shared by every such report.
 
-    __slots__ = ()
+    It keeps an (empty) ``__dict__``: other plugins read ``report.__dict__`` of every report
+    in their terminal summary (hypothesis's does, and fails on a report without one)."""
+
     when = "call"
     outcome = "passed"
     passed = True
@@ -154,14 +157,12 @@ class PassedExampleReports:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Any:
-        """Runs around every other implementation, on every process that logs reports."""
-        result = yield
+    def forget(self, report: pytest.TestReport) -> None:
+        """After every ``pytest_runtest_logreport`` implementation has seen ``report``, on every
+        process that logs reports."""
         if isinstance(report, pytest.SubtestReport) and report.passed and "eval" in report.keywords:
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             for reports in getattr(reporter, "stats", {}).values():
                 if reports and reports[-1] is report:
                     reports[-1] = _PASSED_EXAMPLE
                     break
-        return result

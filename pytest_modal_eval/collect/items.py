@@ -8,7 +8,6 @@ for stored baselines.
 from __future__ import annotations
 
 import fnmatch
-import re
 import types
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,9 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from pytest_modal_eval.collect.session import SESSION_KEY
+from pytest_modal_eval.collect.context import CONTEXT_KEY
 from pytest_modal_eval.exceptions import EvalProblem
 from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, MODEL_PROPERTY
+from pytest_modal_eval.runs.identity import model_label
+from pytest_modal_eval.serving.endpoint import ServerRequest
+from pytest_modal_eval.terminal_text import escape
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
@@ -74,8 +76,9 @@ class BenchmarkFile(pytest.Module):
     def collect(self) -> list[pytest.Item]:
         from pytest_modal_eval.config.loader import load_benchmark
 
-        session = self.config.stash[SESSION_KEY]
+        session = self.config.stash[CONTEXT_KEY]
         benchmark = load_benchmark(self.path, list(session.settings.overrides))
+        session.redactor.learn_env_args(benchmark.config.env_args)
         for tag in ("eval", *benchmark.config.tags):
             _register_marker(self.config, tag)
         models = session.settings.models
@@ -88,6 +91,7 @@ class BenchmarkFile(pytest.Module):
                 callobj=_evaluate,
                 benchmark=benchmark,
                 model=model,
+                server_request=ServerRequest.for_benchmark(session.settings, benchmark, model),
                 reference=models[0] if model is not None and model != models[0] else None,
             )
             item.add_marker("eval")
@@ -127,13 +131,6 @@ def item_names(benchmark: str, models: tuple[str, ...]) -> list[str]:
     return [f"{benchmark}--{label}" for label in labels]
 
 
-def model_label(model: str) -> str:
-    """``Qwen/Qwen3-8B`` -> ``Qwen--Qwen3-8B``; ``./ckpt/step-100/`` -> ``step-100``."""
-    path = Path(model).expanduser()
-    text = path.name if path.is_dir() else "--".join(p for p in model.split("/") if p)
-    return re.sub(r"[^A-Za-z0-9._-]", "-", text) or "model"
-
-
 def _register_marker(config: pytest.Config, name: str) -> None:
     # Tags are only known at collection; registering them keeps --strict-markers happy
     # and lists them in `pytest --markers`.
@@ -156,6 +153,7 @@ class BenchmarkItem(pytest.Function):
         self,
         *,
         benchmark: Benchmark,
+        server_request: ServerRequest,
         model: str | None = None,
         reference: str | None = None,
         **kwargs: Any,
@@ -163,6 +161,9 @@ class BenchmarkItem(pytest.Function):
         super().__init__(**kwargs)
         self.benchmark = benchmark
         self.model = model  # None: no --model given (the item errors in setup)
+        # The server its model is served by (or the --base-url endpoint that serves it), built
+        # once at collection: what the server plan groups by and what setup asks an endpoint of.
+        self.server_request = server_request
         # The first --model, when this item evaluates another one: compared against it.
         self.reference = reference
         self.reference_nodeid: str | None = None
@@ -201,7 +202,7 @@ class BenchmarkItem(pytest.Function):
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         if isinstance(excinfo.value, EvalProblem):
-            return str(excinfo.value)
+            return escape(str(excinfo.value), newlines=True)
         return super().repr_failure(excinfo)
 
     def _repr_failure_py(  # type: ignore[override]
@@ -209,5 +210,5 @@ class BenchmarkItem(pytest.Function):
     ) -> str | TerminalRepr:
         # pytest formats setup errors through this method, not repr_failure.
         if isinstance(excinfo.value, EvalProblem):
-            return str(excinfo.value)
+            return escape(str(excinfo.value), newlines=True)
         return super()._repr_failure_py(excinfo, style)

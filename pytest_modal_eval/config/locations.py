@@ -6,19 +6,24 @@ pytest or pydantic).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 DEFAULT_OUTPUT_DIR = "outputs/evals"
 
 
 def output_dir_from(
-    option: str | None, ini: str | None, invocation_dir: Path, environ: Mapping[str, str]
+    option: str | None,
+    ini: Callable[[], str | None],
+    invocation_dir: Path,
+    environ: Mapping[str, str],
 ) -> Path:
     """--eval-output-dir, else $MODAL_EVAL_OUTPUT_DIR, else the ini key, else the default;
-    relative to the directory pytest (or the command line) was started in."""
+    relative to the directory pytest (or the command line) was started in. The one rule, for
+    the plugin and every command; ``ini`` is called only when it decides (the command line
+    then looks for the ini file)."""
     output = Path(
-        option or environ.get("MODAL_EVAL_OUTPUT_DIR") or ini or DEFAULT_OUTPUT_DIR
+        option or environ.get("MODAL_EVAL_OUTPUT_DIR") or ini() or DEFAULT_OUTPUT_DIR
     ).expanduser()
     return output if output.is_absolute() else invocation_dir / output
 

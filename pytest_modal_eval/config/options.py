@@ -1,21 +1,48 @@
-"""Command-line options and ini keys, and their resolution into plain :class:`Settings`."""
+"""Command-line options and ini keys, and their resolution into plain :class:`Settings`.
+
+No pytest at run time: the plugin hands in its parser and config, and reports an
+:class:`~pytest_modal_eval.exceptions.OptionError` as pytest's usage error.
+"""
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import pytest
-
-from pytest_modal_eval.config.choices import Backend
+from pytest_modal_eval.config.backends import BACKENDS, BASE_URL_BACKEND, DEFAULT_BACKEND
 from pytest_modal_eval.config.locations import output_dir_from, vllm_python_from
 from pytest_modal_eval.config.overrides import parse_override
+from pytest_modal_eval.exceptions import OptionError
 
-BACKENDS: tuple[str, ...] = get_args(Backend)
+if TYPE_CHECKING:
+    import pytest
+
 DEFAULT_FILES = ["evals/*.yaml", "evals/*.yml"]
+#: Seconds a benchmark waits for a run another process evaluates (see runs/writer_lock.py).
+DEFAULT_LOCK_TIMEOUT_S = 600.0
+#: What --eval-lock-timeout gives for "wait as long as it takes".
+NO_LOCK_TIMEOUT = -1.0
+
+
+def parse_lock_timeout(text: str, source: str = "--eval-lock-timeout") -> float:
+    """``--eval-lock-timeout``: seconds (0 or more), or ``none`` (:data:`NO_LOCK_TIMEOUT`)."""
+    if text.strip().lower() in ("none", "inf", "infinity"):
+        return NO_LOCK_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise OptionError(
+            f"{source} {text!r}: give seconds (0 or more; 0 errors at once when "
+            "another process is evaluating the run) or 'none' to wait as long as it takes"
+        )
+    return seconds
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -45,7 +72,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--backend",
         dest="modal_eval_backend",
-        choices=BACKENDS,
+        choices=tuple(BACKENDS),
         default=None,
         help="how the model is served: modal (vLLM on Modal behind a local proxy), local "
         "(vLLM subprocess), endpoint (an existing OpenAI-compatible server, see --base-url). "
@@ -84,6 +111,24 @@ def add_options(parser: pytest.Parser) -> None:
         help="start new runs instead of resuming matching unfinished ones. Default: resume.",
     )
     group.addoption(
+        "--early-stop",
+        dest="modal_eval_early_stop",
+        action="store_const",
+        const=True,
+        default=None,
+        help="stop each gated benchmark once its verdict is decided (gate.early_stop: true for "
+        "every benchmark). Default: each benchmark's gate.early_stop.",
+    )
+    group.addoption(
+        "--no-early-stop",
+        dest="modal_eval_early_stop",
+        action="store_const",
+        const=False,
+        help="evaluate every selected example (gate.early_stop: false for every benchmark); "
+        "a run stopped early goes on with the examples it did not send. Default: each "
+        "benchmark's gate.early_stop.",
+    )
+    group.addoption(
         "--keep-deployment",
         dest="modal_eval_keep",
         action="store_true",
@@ -108,6 +153,16 @@ def add_options(parser: pytest.Parser) -> None:
         "writes none. Default: ini modal_eval_report, else report.html in the output "
         "directory.",
     )
+    group.addoption(
+        "--eval-lock-timeout",
+        dest="modal_eval_lock_timeout",
+        metavar="SECONDS",
+        type=parse_lock_timeout,
+        default=None,
+        help="how long a benchmark waits for a run another process is evaluating (it then "
+        "goes on from what that process finished); 0 errors at once, 'none' waits as long as "
+        f"it takes. Default: ini modal_eval_lock_timeout, else {DEFAULT_LOCK_TIMEOUT_S:g}.",
+    )
     parser.addini(
         "modal_eval_files",
         type="linelist",
@@ -120,6 +175,16 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("modal_eval_output_dir", default="", help="default --eval-output-dir")
     parser.addini("modal_eval_vllm_python", default="", help="default --vllm-python")
     parser.addini("modal_eval_report", default="", help="default --eval-report")
+    parser.addini("modal_eval_lock_timeout", default="", help="default --eval-lock-timeout")
+    parser.addini(
+        "modal_eval_secret_env",
+        type="linelist",
+        default=[],
+        help="names of further environment variables whose values are secrets, one per line: "
+        "their values are replaced by [redacted] in everything the plugin writes, prints or "
+        "shares (as are --api-key-env's, secret-named variables' and the plugin's own "
+        "credentials; see docs/security.md). Default: none.",
+    )
     parser.addini(
         "modal_eval_gpu_prices",
         type="linelist",
@@ -133,7 +198,7 @@ def add_options(parser: pytest.Parser) -> None:
 def _distinct_models(models: list[str]) -> tuple[str, ...]:
     repeated = sorted({m for m in models if models.count(m) > 1})
     if repeated:
-        raise pytest.UsageError(f"--model {repeated[0]} is given more than once")
+        raise OptionError(f"--model {repeated[0]} is given more than once")
     return tuple(models)
 
 
@@ -153,6 +218,9 @@ class Settings:
     files: tuple[str, ...]
     report: Path | None = None  # the session's HTML report; None: none is written
     gpu_prices: tuple[tuple[str, float], ...] = ()  # ini overrides of the Modal price table
+    secret_env: tuple[str, ...] = ()  # ini modal_eval_secret_env: more secret variables
+    # Seconds a benchmark waits for a run another process evaluates; None: as long as it takes.
+    lock_timeout_s: float | None = DEFAULT_LOCK_TIMEOUT_S
 
     @property
     def model(self) -> str | None:
@@ -190,22 +258,21 @@ def resolve_settings(config: pytest.Config) -> Settings:
         return str(config.getini(name) or "")
 
     base_url = option("modal_eval_base_url")
-    backend = option("modal_eval_backend") or (
-        "endpoint" if base_url else (ini("modal_eval_backend") or "modal")
+    name = option("modal_eval_backend") or (
+        BASE_URL_BACKEND if base_url else (ini("modal_eval_backend") or DEFAULT_BACKEND)
     )
-    if backend not in BACKENDS:
-        raise pytest.UsageError(
-            f"ini modal_eval_backend = {backend!r}: choose one of {', '.join(BACKENDS)}"
-        )
-    if backend == "endpoint" and not base_url:
-        raise pytest.UsageError("--backend endpoint needs --base-url URL")
+    if name not in BACKENDS:
+        raise OptionError(f"ini modal_eval_backend = {name!r}: choose one of {', '.join(BACKENDS)}")
+    spec = BACKENDS[name]
+    if spec.takes_base_url and not base_url:
+        raise OptionError(f"--backend {name} needs --base-url URL")
     if base_url and (problem := base_url_problem(base_url)):
-        raise pytest.UsageError(problem)
-    if base_url and backend != "endpoint":
-        raise pytest.UsageError(f"--base-url cannot be combined with --backend {backend}")
+        raise OptionError(problem)
+    if base_url and not spec.takes_base_url:
+        raise OptionError(f"--base-url cannot be combined with --backend {name}")
     output_dir = output_dir_from(
         option("modal_eval_output_dir"),
-        ini("modal_eval_output_dir"),
+        lambda: ini("modal_eval_output_dir"),
         Path(config.invocation_params.dir),
         os.environ,
     )
@@ -220,26 +287,51 @@ def resolve_settings(config: pytest.Config) -> Settings:
             report = Path(config.invocation_params.dir) / report
     return Settings(
         models=_distinct_models(option("modal_eval_model") or []),
-        backend=backend,
+        backend=name,
         base_url=base_url.rstrip("/") if base_url else None,
         api_key_env=option("modal_eval_api_key_env")
         or ini("modal_eval_api_key_env")
         or "OPENAI_API_KEY",
         output_dir=output_dir,
-        overrides=tuple(option("modal_eval_overrides") or ()),
+        overrides=_with_early_stop(
+            tuple(option("modal_eval_overrides") or ()), option("modal_eval_early_stop")
+        ),
         fresh=bool(option("modal_eval_fresh")),
         keep_deployment=bool(option("modal_eval_keep")),
         vllm_python=vllm_python,
         files=tuple(config.getini("modal_eval_files") or DEFAULT_FILES),
         report=report,
         gpu_prices=_gpu_prices(config.getini("modal_eval_gpu_prices") or []),
+        secret_env=tuple(config.getini("modal_eval_secret_env") or ()),
+        lock_timeout_s=_lock_timeout(option("modal_eval_lock_timeout"), ini),
     )
 
 
+def _with_early_stop(
+    overrides: tuple[tuple[str, Any], ...], early_stop: bool | None
+) -> tuple[tuple[str, Any], ...]:
+    """``--early-stop`` / ``--no-early-stop`` as the override of ``gate.early_stop`` they are,
+    applied after any ``--override`` of it."""
+    if early_stop is None:
+        return overrides
+    return (*overrides, ("gate.early_stop", early_stop))
+
+
+def _lock_timeout(given: float | None, ini: Callable[[str], str]) -> float | None:
+    if given is None:
+        text = ini("modal_eval_lock_timeout").strip()
+        given = (
+            parse_lock_timeout(text, "ini modal_eval_lock_timeout =")
+            if text
+            else DEFAULT_LOCK_TIMEOUT_S
+        )
+    return None if given == NO_LOCK_TIMEOUT else given
+
+
 def _gpu_prices(lines: list[str]) -> tuple[tuple[str, float], ...]:
-    from pytest_modal_eval.serving.costs import PriceError, parse_prices
+    from pytest_modal_eval.config.gpu_prices import PriceError, parse_prices
 
     try:
         return tuple(sorted(parse_prices(lines).items()))
     except PriceError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise OptionError(str(exc)) from None

@@ -5,11 +5,13 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-import pytest
+from pytest_modal_eval.exceptions import OptionError
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """Parse one ``--override`` value; used as the option's ``type=`` so errors are usage errors.
+    """Parse one ``--override`` value; used as the option's ``type=``, so its errors
+    (:class:`~pytest_modal_eval.exceptions.OptionError`, an ``argparse.ArgumentTypeError`` as
+    argparse expects of a ``type=``) are usage errors.
 
     Returns ``("sampling.temperature", 0.5)``. Keys are checked against the namespace's
     schema here, so a typo fails before anything starts; types are checked later by the
@@ -22,34 +24,48 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise pytest.UsageError(
+        raise OptionError(
             f"--override {text!r}: expected KEY=VALUE, e.g. --override sampling.temperature=0.6"
         )
     namespace, _, field_path = key.partition(".")
     if namespace not in OVERRIDE_NAMESPACES:
         hint = _closest(namespace, OVERRIDE_NAMESPACES)
-        raise pytest.UsageError(
+        raise OptionError(
             f"--override {key}: unknown namespace {namespace!r}{hint}; "
             f"valid namespaces: {', '.join(OVERRIDE_NAMESPACES)}"
         )
     if not field_path:
-        raise pytest.UsageError(f"--override {key}: name a field, e.g. {namespace}.<field>")
+        raise OptionError(f"--override {key}: name a field, e.g. {namespace}.<field>")
     model = OVERRIDE_NAMESPACES[namespace]
     if model is not None:
         field = field_path.split(".", 1)[0]
         if field not in model.model_fields:
             hint = _closest(field, model.model_fields)
-            raise pytest.UsageError(
+            raise OptionError(
                 f"--override {key}: unknown key {field!r} in {namespace!r}{hint}; "
                 f"valid keys: {', '.join(f'{namespace}.{f}' for f in model.model_fields)}"
             )
+    _refuse_secret(key, raw)
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise pytest.UsageError(
-            f"--override {key}: value {raw!r} is not valid YAML: {exc}"
-        ) from exc
+        raise OptionError(f"--override {key}: value {raw!r} is not valid YAML: {exc}") from exc
+    _refuse_secret(key, value)
     return key, value
+
+
+def _refuse_secret(key: str, value: Any) -> None:
+    """A secret on the command line shows in the process list and shell history: refused,
+    without repeating it."""
+    from pytest_modal_eval.redact import holds_secret
+
+    if holds_secret(key, value):
+        raise OptionError(
+            f"--override {key}: secrets are not accepted on the command line (the process list "
+            "and shell history show them); put the value in an environment variable and name "
+            "the variable instead (a judge's api_key_var, --api-key-env, ini "
+            "modal_eval_secret_env)"
+        )
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> dict[str, Any]:

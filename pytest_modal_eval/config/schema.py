@@ -209,6 +209,38 @@ class EvalConfig(BaseModel):
         return sorted(set(self.pass_k)) if self.pass_k else default_ks(self.rollouts)
 
 
+class AgentConfig(BaseModel):
+    """How a verifiers 0.4 environment is played: its Env, its seats' harness and runtime."""
+
+    model_config = _STRICT
+
+    harness: str | dict[str, Any] | None = Field(
+        None,
+        description="harness id (bash, 'null' quoted, pytest-modal-eval-chat, an installed "
+        "package) or a verifiers harness config {id: ..., ...} for every seat whose environment "
+        "pins none; null = the environment's own (its bundled harness, else verifiers' bash)",
+    )
+    runtime: str | dict[str, Any] | None = Field(
+        None,
+        description="runtime of every seat: subprocess, docker, podman, apptainer or modal "
+        "(one Modal sandbox per rollout), or a verifiers runtime config {type: docker, image: "
+        "...}; null = the one the environment pins, else subprocess",
+    )
+    seat: str | None = Field(
+        None,
+        description="with several seats (a two-player game): the headline seat, whose reward "
+        "is the run's avg_reward, its baseline and its gate (every seat has its own records and "
+        "figures); null = the only seat, or with gate.every_seat the environment's first",
+    )
+    env: str | dict[str, Any] | None = Field(
+        None,
+        description="a reusable verifiers Env to play the taskset with, by id (best-of-n, "
+        "user-sim, ..., or an installed package), as vf-eval --env.id; or {id: ..., <its "
+        "config values>, <seat>: {model, client, sampling}}; null = the taskset's own Env, "
+        "else SingleAgentEnv",
+    )
+
+
 class VsReferenceConfig(BaseModel):
     """With several ``--model``: fail a model significantly worse than the first (the reference)."""
 
@@ -217,7 +249,13 @@ class VsReferenceConfig(BaseModel):
     max_drop: float = Field(
         0.0, ge=0, description="tolerated absolute drop in mean reward below the reference"
     )
-    alpha: float = Field(0.05, gt=0, lt=1, description="significance level of the paired test")
+    alpha: float = Field(
+        0.05,
+        gt=0,
+        lt=0.5,
+        description="significance level of the one-sided paired test; its interval is "
+        "two-sided at 1 - 2 alpha",
+    )
 
 
 class GateConfig(BaseModel):
@@ -226,7 +264,9 @@ class GateConfig(BaseModel):
     model_config = _STRICT
 
     min_avg_reward: float | None = Field(
-        None, ge=0, description="fail when the mean reward is below this; null = no threshold"
+        None,
+        description="fail when the mean reward is below this; null = no threshold (negative "
+        "for an environment whose rewards go below 0, e.g. a game's payoffs)",
     )
     min_metrics: dict[str, float] = Field(
         default_factory=dict, description="{metric: minimum} for the environment's other metrics"
@@ -237,9 +277,27 @@ class GateConfig(BaseModel):
     max_drop: float = Field(
         0.0, ge=0, description="with a baseline: tolerated absolute drop in mean reward"
     )
-    alpha: float = Field(0.05, gt=0, lt=1, description="with a baseline: significance level")
+    alpha: float = Field(
+        0.05,
+        gt=0,
+        lt=0.5,
+        description="with a baseline: significance level of the one-sided test (its interval is "
+        "two-sided at 1 - 2 alpha); with early_stop: the most often an early verdict may "
+        "differ from the full run's",
+    )
+    early_stop: bool = Field(
+        False,
+        description="send examples in a seeded random order and stop once confidence sequences "
+        "decide min_avg_reward, min_metrics and the baseline / vs_reference comparisons (valid "
+        "at every look; see docs/gates.md)",
+    )
     vs_reference: VsReferenceConfig | None = Field(
         None, description="with several --model: fail a model significantly worse than the first"
+    )
+    every_seat: bool = Field(
+        False,
+        description="with several seats (a two-player game): apply min_avg_reward and "
+        "min_metrics to every seat's own figures, not only to agent.seat's (no early_stop then)",
     )
 
 
@@ -254,6 +312,11 @@ class BenchmarkConfig(BaseModel):
     )
     env_args: dict[str, Any] = Field(
         default_factory=dict, description="arguments to the environment's load_environment"
+    )
+    agent: AgentConfig = Field(
+        default_factory=AgentConfig,  # type: ignore[arg-type]
+        description="how a verifiers 0.4 environment is played: harness, runtime, scored seat, "
+        "a reusable Env",
     )
     chat_template: str | None = Field(
         None,
@@ -320,5 +383,6 @@ OVERRIDE_NAMESPACES: dict[str, type[BaseModel] | None] = {
     "sampling": SamplingConfig,
     "eval": EvalConfig,
     "gate": GateConfig,
+    "agent": AgentConfig,
     "env_args": None,  # free-form: the environment validates its own arguments
 }

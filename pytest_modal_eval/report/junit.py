@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 if TYPE_CHECKING:
-    from pytest_modal_eval.judge.gate import ReferenceComparison, Verdict
-    from pytest_modal_eval.runs.evaluation import RunOutcome
+    import pytest
+
+    from pytest_modal_eval.gate.verdict import ReferenceComparison, Verdict
+    from pytest_modal_eval.runs.outcome import RunOutcome
     from pytest_modal_eval.stats.summary import PairedComparison
 
 #: Properties are named plainly in JUnit XML; this prefix marks the few internal ones.
@@ -29,7 +29,6 @@ def record_properties(
     outcome: RunOutcome,
     verdict: Verdict,
     model: str,
-    elapsed: float,
     comparison: PairedComparison | None = None,
     reference: ReferenceComparison | None = None,
 ) -> None:
@@ -50,13 +49,14 @@ def record_properties(
         ("truncated_rollouts", outcome.truncated_rollouts),
         ("threshold", threshold if threshold is not None else "none"),
         ("verdict", "pass" if verdict.passed else "fail"),
-        ("elapsed_s", round(elapsed, 1)),
+        ("eval_s", round(outcome.eval_s, 1)),  # the run's evaluation time (runs.times)
         ("run_dir", str(outcome.run_dir)),
         ("run_id", outcome.run_id),
         ("resumed_examples", outcome.resumed_examples),
         ("reused_answers", outcome.reused_answers),
         *example_statuses(outcome),
     ]
+    props += seat_properties(outcome, threshold)
     serving = outcome.serving or {}
     for name in ("server_startup_s", "server_s", "gpu", "gpu_hours", "est_cost_usd"):
         if serving.get(name) is not None:
@@ -67,6 +67,7 @@ def record_properties(
             ("baseline_diff", _num(comparison.diff)),
             ("baseline_diff_ci_low", _num(comparison.diff_ci_low)),
             ("baseline_diff_ci_high", _num(comparison.diff_ci_high)),
+            ("baseline_diff_ci_level", comparison.confidence),
             ("baseline_p_value", _num(comparison.p_value)),
             ("baseline_test", comparison.test),
             ("baseline_shared_examples", comparison.n_shared),
@@ -74,6 +75,19 @@ def record_properties(
             ("missed_to_solved", ",".join(comparison.missed_to_solved)),
             ("baseline_detectable_drop", _num(comparison.detectable_drop)),
         ]
+    early = outcome.early_decision
+    if early is not None:
+        props += [
+            ("early_stop", early.describe()),
+            ("early_stop_verdict", "pass" if early.passed else "fail"),
+            ("early_stop_after", early.after),
+            ("early_stop_level", early.level),
+        ]
+        for name, (low, high) in early.intervals.items():
+            props += [
+                (f"early_stop_{name}_low", _num(low)),
+                (f"early_stop_{name}_high", _num(high)),
+            ]
     for p in outcome.pass_at_k:
         props += [(p.name, _num(p.mean)), (f"{p.name}_stderr", _num(p.stderr))]
     if reference is not None:
@@ -84,6 +98,7 @@ def record_properties(
             ("reference_diff", _num(c.diff)),
             ("reference_diff_ci_low", _num(c.diff_ci_low)),
             ("reference_diff_ci_high", _num(c.diff_ci_high)),
+            ("reference_diff_ci_level", c.confidence),
             ("reference_p_value", _num(c.p_value)),
             ("reference_test", c.test),
             ("reference_shared_examples", c.n_shared),
@@ -94,6 +109,35 @@ def record_properties(
     for warning in verdict.warnings:
         props.append((f"{PROPERTY_PREFIX}warning", warning))
     item.user_properties.extend(props)
+
+
+#: The figures each seat of an environment with several seats has, as ``NAME[SEAT]``.
+SEAT_FIGURES = ("avg_reward", "stderr", "ci_low", "ci_high", "threshold")
+
+
+def seat_properties(outcome: RunOutcome, threshold: float | None) -> list[tuple[str, Any]]:
+    """With several seats: ``seat`` (the headline seat, whose figures the plain properties
+    are), ``seats`` (all, comma-separated) and each seat's figures as ``avg_reward[SEAT]``,
+    ``stderr[SEAT]``, ``ci_low[SEAT]``, ``ci_high[SEAT]``, ``threshold[SEAT]`` (``none``
+    where the gate does not apply to that seat)."""
+    plan = outcome.seat_plan
+    if not outcome.seats:
+        return []
+    gated = {plan.headline, *plan.gated()}
+    props: list[tuple[str, Any]] = [("seat", plan.headline), ("seats", ",".join(outcome.seats))]
+    for seat, figures in outcome.seats.items():
+        s = figures.summary
+        values = (
+            _num(s.mean) if s else UNDEFINED,
+            _num(s.stderr) if s else UNDEFINED,
+            _num(s.ci_low) if s else UNDEFINED,
+            _num(s.ci_high) if s else UNDEFINED,
+            threshold if threshold is not None and seat in gated else "none",
+        )
+        props += [
+            (f"{name}[{seat}]", value) for name, value in zip(SEAT_FIGURES, values, strict=True)
+        ]
+    return props
 
 
 #: How many missed example ids the ``missed_examples`` property lists before "and N more".

@@ -21,15 +21,16 @@ import os
 import re
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-from pytest_modal_eval.report.format import fmt
+from pytest_modal_eval.stats.format import fmt
 
 if TYPE_CHECKING:
-    from pytest_modal_eval.runs.evaluation import ExampleResult
+    import pytest
+
+    from pytest_modal_eval.runs.outcome import ExampleResult
 
 #: Seconds between redraws of the terminal's in-place lines.
 REDRAW_S = 0.2
@@ -40,6 +41,8 @@ PLAIN_EVERY_S = 60.0
 #: z of the running mean's 95% interval (a normal approximation; the end uses the full method).
 Z95 = 1.959963984540054
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+#: The keyword that carries an example's time into this session's evaluation (not shown by -v).
+ELAPSED_KEY = "elapsed"
 _DONE = re.compile(r"(\d+)/(\d+)")
 
 
@@ -56,6 +59,8 @@ def example_fields(result: ExampleResult) -> dict[str, str]:
     }
     if result.resumed:
         fields["resumed"] = "yes"
+    elif result.elapsed_s is not None:
+        fields[ELAPSED_KEY] = f"{result.elapsed_s:.4f}"
     return fields
 
 
@@ -65,6 +70,7 @@ class ExampleFields:
     done: int
     total: int
     resumed: bool
+    elapsed: float | None = None  # seconds into this session's evaluation, on the worker
 
 
 def read_fields(kwargs: Any) -> ExampleFields | None:
@@ -76,11 +82,13 @@ def read_fields(kwargs: Any) -> ExampleFields | None:
     if done is None:
         return None
     reward = _NUMBER.search(str(kwargs["reward"]))
+    elapsed = _NUMBER.search(str(kwargs.get(ELAPSED_KEY, "")))
     return ExampleFields(
         reward=float(reward[0]) if reward else None,
         done=int(done[1]),
         total=int(done[2]),
         resumed="resumed" in kwargs,
+        elapsed=float(elapsed[0]) if elapsed else None,
     )
 
 
@@ -92,38 +100,51 @@ class BenchmarkProgress:
     total: int = 0
     done: int = 0
     resumed: int = 0
+    new: int = 0  # examples this session evaluated
     errors: int = 0
     n: int = 0
     mean: float = 0.0
     _m2: float = 0.0  # Welford's sum of squared deviations
+    low: float = 0.0  # the rewards' range: [0, 1], widened by any reward outside it
+    high: float = 1.0
     next_plain: int = 0
     last_plain: float = field(default=0.0)
-    first_new: float | None = None  # when this session's first example was reported
+    # The latest example's time into this session's evaluation (its worker's clock), and when
+    # its report arrived here.
+    elapsed: float | None = None
+    elapsed_seen: float = 0.0
 
     def add(self, fields: ExampleFields, now: float) -> None:
         self.total = fields.total
         self.done = max(self.done, fields.done)
         if fields.resumed:
             self.resumed += 1
-        elif self.first_new is None:
-            self.first_new = now
+        else:
+            self.new += 1
+            if fields.elapsed is not None and (self.elapsed or 0.0) <= fields.elapsed:
+                self.elapsed, self.elapsed_seen = fields.elapsed, now
         if fields.reward is None:
             self.errors += 1
             return
         self.n += 1
+        self.low, self.high = min(self.low, fields.reward), max(self.high, fields.reward)
         delta = fields.reward - self.mean
         self.mean += delta / self.n
         self._m2 += delta * (fields.reward - self.mean)
 
     def rate(self, now: float) -> float | None:
-        """Examples per second evaluated by this session (resumed ones are not counted): those
-        finished after its first one, over the time since it. The time before the first one
-        (a server starting, a first batch in flight) says nothing of the pace, so None until
-        a second example arrives measurably later than the first."""
-        new = self.done - self.resumed
-        if self.first_new is None or new < 2 or now <= self.first_new:
+        """Examples per second evaluated by this session (resumed ones, and those answered
+        from an interrupted run's journal, are not counted), over the time since it began
+        evaluating the benchmark: its first request, after any server start-up. The time
+        comes from the process that evaluated the examples, not from when their reports
+        arrive here: under xdist reports arrive in batches, and examples answered together
+        (a server's batch) would otherwise seem to take no time at all. Time without a
+        report since the latest one counts too, so a stalled run's rate falls. None before
+        this session's first example."""
+        if self.elapsed is None:
             return None
-        return (new - 1) / (now - self.first_new)
+        seconds = self.elapsed + max(0.0, now - self.elapsed_seen)
+        return self.new / seconds if seconds > 0 else None
 
     def line(self, now: float) -> str:
         parts = [self.name, f"{self.done}/{self.total}"]
@@ -137,7 +158,11 @@ class BenchmarkProgress:
             mean = f"mean {self.mean:.3f}"
             if self.n > 1:
                 half = Z95 * math.sqrt(self._m2 / (self.n - 1) / self.n)
-                mean += f" ± {half:.3f}"
+                if self.low <= self.mean - half and self.mean + half <= self.high:
+                    mean += f" ± {half:.3f}"
+                else:  # a few examples: the normal interval would leave the rewards' range
+                    low, high = max(self.mean - half, self.low), min(self.mean + half, self.high)
+                    mean += f" [{low:.3f}, {high:.3f}]"
             parts.append(mean)
         parts.append(f"errors {self.errors}")
         return "  ".join(parts)
@@ -150,7 +175,8 @@ def _clock(seconds: float) -> str:
 
 
 class LiveProgress:
-    """Registered on the controller (or the only process) as ``modal_eval_progress``."""
+    """Driven on the controller (or the only process) by its session; off when the session
+    runs with ``-p no:modal_eval_progress``."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -160,12 +186,11 @@ class LiveProgress:
         self._tty: bool | None = None  # decided when the session starts (terminal reporter)
         self._reporter: Any = None
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Runs on the controller: decides terminal or plain lines, or none at all."""
+    def start(self, subtest_verbosity: int) -> None:
+        """When the session starts: decides terminal or plain lines, or none at all.
+        ``subtest_verbosity`` is pytest's verbosity for subtests (``-v`` and its ini key)."""
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        verbosity = self.config.get_verbosity(pytest.Config.VERBOSITY_SUBTESTS)
-        if reporter is None or verbosity > 0 or self.config.get_verbosity() <= -2:
+        if reporter is None or subtest_verbosity > 0 or self.config.get_verbosity() <= -2:
             return  # -v reports every example itself
         live_logs = bool(self.config.getoption("log_cli_level", None)) or _ini_true(
             self.config, "log_cli"
@@ -179,19 +204,20 @@ class LiveProgress:
 
     # -- what the reports say ---------------------------------------------------------------
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Iterator[None]:
-        """Runs on the controller around the terminal reporter, for every report."""
+    @contextmanager
+    def reporting(self, report: pytest.TestReport) -> Iterator[None]:
+        """Around the terminal reporter's handling of every report: the block is erased before
+        it writes, and the example's figures counted and the block drawn after."""
         if self._reporter is None:
-            return (yield)
-        fields = None
-        if isinstance(report, pytest.SubtestReport):
-            fields = read_fields(report.context.kwargs)
+            yield
+            return
+        # An example's subtest report carries its figures as keyword values (its context).
+        fields = read_fields(getattr(getattr(report, "context", None), "kwargs", None))
         silent = fields is not None and report.passed
         if not silent:
-            self._erase()
+            self.erase()
         try:
-            return (yield)
+            yield
         finally:
             now = time.monotonic()
             if fields is not None:
@@ -223,7 +249,8 @@ class LiveProgress:
 
     # -- the terminal's in-place block -------------------------------------------------------
 
-    def _erase(self) -> None:
+    def erase(self) -> None:
+        """Before pytest writes anything of its own (a test's path, the interruption)."""
         if self._drawn:
             self.config.get_terminal_writer().write_raw("\x1b[J", flush=True)
             self._drawn = False
@@ -234,7 +261,7 @@ class LiveProgress:
         terminal = self.config.get_terminal_writer()
         lines = [p.line(now) for p in self.running.values()]
         if not lines:
-            self._erase()
+            self.erase()
             return
         self._last_draw = now  # only a drawing counts: a benchmark's first example draws at once
         width = max(20, terminal.fullwidth - 1)
@@ -245,27 +272,19 @@ class LiveProgress:
         terminal.write_raw(text, flush=True)
         self._drawn = True
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_logstart(self) -> None:
-        """Before the terminal reporter writes a test's path: erase the block."""
-        self._erase()
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_logfinish(self) -> Iterator[None]:
-        self._erase()
+    @contextmanager
+    def test_finishing(self) -> Iterator[None]:
+        """Around the end of a test's reporting: erased while pytest ends its line, drawn after."""
+        self.erase()
         try:
-            return (yield)
+            yield
         finally:
             self._draw(time.monotonic())
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self) -> None:
+    def finish(self) -> None:
+        """When the session ends, before pytest's summary."""
         self.running.clear()
-        self._erase()
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_keyboard_interrupt(self) -> None:
-        self._erase()
+        self.erase()
 
 
 def _ini_true(config: pytest.Config, name: str) -> bool:

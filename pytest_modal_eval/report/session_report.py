@@ -11,58 +11,64 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 if TYPE_CHECKING:
-    from pytest_modal_eval.report.html import SessionFigures
+    import pytest
+
+    from pytest_modal_eval.redact import Redactor
+    from pytest_modal_eval.report.page import SessionFigures
 
 # report.html (jinja2, the run readers) is imported once a benchmark has reported: the plugin
 # registers this class in every session, most of which have no benchmark.
 
 
 class SessionReport:
-    """Registered on the controller (or the only process) as ``modal_eval_report``."""
+    """Driven on the controller (or the only process) by its session: keeps each benchmark's
+    run, writes the page when the session ends, and says where it is."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, redactor: Redactor) -> None:
         self.path = path
+        self.redactor = redactor
         self.runs: list[tuple[Path, SessionFigures]] = []
         self.outcome: str | None = None
 
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Runs on the controller: keeps each benchmark's run directory and figures."""
-        if report.when != "call" or isinstance(report, pytest.SubtestReport):
+    def add(self, report: pytest.TestReport) -> None:
+        """A report, on the controller: keeps each benchmark's run directory and figures (a
+        subtest report, which has a ``context``, is an example's)."""
+        if report.when != "call" or hasattr(report, "context"):
             return
         props = dict(report.user_properties)
         if "run_dir" not in props:
             return
         self.runs.append((Path(str(props["run_dir"])), figures(props)))
 
-    @pytest.hookimpl
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Runs on the controller once every benchmark has reported: writes the page."""
+    def write(self) -> None:
+        """On the controller once every benchmark has reported: writes the page."""
         if not self.runs:
             return
-        from pytest_modal_eval.report.html import ReportError, write_report
+        from pytest_modal_eval.exceptions import EvalProblem
+        from pytest_modal_eval.report.html import write_report
+        from pytest_modal_eval.report.page import ReportError
 
         started = time.monotonic()
         try:
-            write_report(self.path, sorted(self.runs, key=lambda run: str(run[0])))
-        except (ReportError, OSError) as exc:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_report(
+                self.path, sorted(self.runs, key=lambda run: str(run[0])), redactor=self.redactor
+            )
+        except (ReportError, EvalProblem, OSError) as exc:
             self.outcome = f"evaluation report not written: {exc}"
             return
         self.outcome = f"evaluation report: {self.path} ({time.monotonic() - started:.1f}s)"
 
-    @pytest.hookimpl
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Runs on the controller: says where the page is."""
+    def say_where(self, terminalreporter: Any) -> None:
+        """On the controller, in the terminal summary: says where the page is."""
         if self.outcome is not None and terminalreporter.config.get_verbosity() >= -1:
             terminalreporter.write_line(self.outcome)
 
 
 def figures(props: dict[str, Any]) -> SessionFigures:
     """What ``report/terminal.py``'s ``record_properties`` put on a benchmark's report."""
-    from pytest_modal_eval.report.html import SessionFigures
+    from pytest_modal_eval.report.page import SessionFigures
 
     threshold = props.get("threshold")
     comparison = None
@@ -75,6 +81,7 @@ def figures(props: dict[str, Any]) -> SessionFigures:
             "diff": props.get("baseline_diff"),
             "diff_ci_low": props.get("baseline_diff_ci_low"),
             "diff_ci_high": props.get("baseline_diff_ci_high"),
+            "confidence": props.get("baseline_diff_ci_level"),
             "p_value": props.get("baseline_p_value"),
             "solved_to_missed": _ids(props.get("solved_to_missed")),
             "missed_to_solved": _ids(props.get("missed_to_solved")),
@@ -82,7 +89,6 @@ def figures(props: dict[str, Any]) -> SessionFigures:
     return SessionFigures(
         threshold=float(threshold) if isinstance(threshold, (int, float)) else None,
         verdict=str(props["verdict"]) if "verdict" in props else None,
-        elapsed_s=float(props["elapsed_s"]) if "elapsed_s" in props else None,
         comparison=comparison,
     )
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
+from pytest_modal_eval.report.junit import (
+    BENCHMARK_PROPERTY,
+    MODEL_PROPERTY,
+    PROPERTY_PREFIX,
+    SEAT_FIGURES,
+)
+from pytest_modal_eval.stats.format import ci_label, fmt_any, fmt_interval
+from pytest_modal_eval.terminal_text import escape
 
-from pytest_modal_eval.report.format import ci_label, fmt_any, fmt_interval
-from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, MODEL_PROPERTY, PROPERTY_PREFIX
+if TYPE_CHECKING:
+    import pytest
 
 
 def error_line(report: pytest.TestReport) -> str:
@@ -19,17 +27,35 @@ def error_line(report: pytest.TestReport) -> str:
     return next((x for x in message.splitlines() if x.strip()), "error")
 
 
+def _seat_rows(row: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A row's lines in the table: the benchmark's, or with several seats one per seat
+    (``name[seat]``), each with its own figures and the gate that applies to it."""
+    seats = str(row.get("seats") or "")
+    if not seats:
+        return [(str(row["benchmark"]), row)]
+    return [
+        (
+            f"{row['benchmark']}[{seat}]",
+            {
+                n: row.get(f"{n}[{seat}]", "none" if n == "threshold" else "n/a")
+                for n in SEAT_FIGURES
+            },
+        )
+        for seat in seats.split(",")
+    ]
+
+
 class SummaryCollector:
-    """Controller-side: gathers rows from reports (which carry user_properties across xdist)."""
+    """Controller-side: gathers rows from reports (which carry user_properties across xdist)
+    and writes the table at the end (driven by the controller's session)."""
 
     def __init__(self, rootpath: Path | None = None) -> None:
         self.rows: list[dict[str, Any]] = []
         self.errors: dict[str, tuple[str, str, str]] = {}  # node id -> (benchmark, model, line)
         self.rootpath = rootpath
 
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Runs on the controller (and in-process); subtest reports are skipped."""
+    def add(self, report: pytest.TestReport) -> None:
+        """A report, on the controller (and in-process); subtest reports are skipped."""
         if hasattr(report, "context"):
             return
         props = dict(report.user_properties)
@@ -54,12 +80,11 @@ class SummaryCollector:
         ]
         self.rows.append(row)
 
-    @pytest.hookimpl
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Runs on the controller only (workers have no terminal reporter output)."""
+    def write(self, terminalreporter: Any) -> None:
+        """The summary, on the controller only (workers have no terminal reporter output)."""
         if not self.rows and not self.errors:
             return
-        tr = terminalreporter
+        tr = _Escaping(terminalreporter)
         tr.section("evaluation summary")
         # A row without figures has ci_level "n/a"; the header takes the first level given.
         levels = [
@@ -72,25 +97,26 @@ class SummaryCollector:
             ci_label(levels[0]) if levels else "CI",
             "gate",
             "verdict",
-            "time",
+            "eval time",
             "run",
         )
         table = [header]
         # Per benchmark, the reference model first (other models carry reference_model).
         self.rows.sort(key=lambda r: (str(r["benchmark"]), "reference_model" in r))
         for row in self.rows:
-            table.append(
-                (
-                    str(row["benchmark"]),
-                    str(row["model"]),
-                    f"{fmt_any(row['avg_reward'])} ± {fmt_any(row['stderr'])}",
-                    fmt_interval(row["ci_low"], row["ci_high"]),
-                    f">= {row['threshold']}" if row["threshold"] != "none" else "-",
-                    str(row["verdict"]).upper(),
-                    f"{float(row['elapsed_s']):.1f}s",
-                    self._shown(str(row["run_dir"])),
+            for label, figures in _seat_rows(row):
+                table.append(
+                    (
+                        label,
+                        str(row["model"]),
+                        f"{fmt_any(figures['avg_reward'])} ± {fmt_any(figures['stderr'])}",
+                        fmt_interval(figures["ci_low"], figures["ci_high"]),
+                        f">= {figures['threshold']}" if figures["threshold"] != "none" else "-",
+                        str(row["verdict"]).upper(),
+                        f"{float(row['eval_s']):.1f}s",
+                        self._shown(str(row["run_dir"])),
+                    )
                 )
-            )
         for name, model, _ in sorted(self.errors.values()):
             table.append((name, model, "-", "-", "-", "ERROR", "-", "-"))
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
@@ -98,7 +124,14 @@ class SummaryCollector:
             tr.write_line(
                 "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True))
             )
+        # A note or warning said of several benchmarks or models is written once, naming all
+        # of them, where it first appears.
+        grouped: dict[str, list[tuple[str, str, str]]] = {}
         for row in self.rows:
+            for key, note in _notes(row):
+                grouped.setdefault(key, []).append((str(row["benchmark"]), str(row["model"]), note))
+        for row in self.rows:
+            subject = _subjects([(str(row["benchmark"]), str(row["model"]))])
             extra = []
             resumed, reused = int(row.get("resumed_examples", 0)), int(row.get("reused_answers", 0))
             if resumed or reused:
@@ -116,19 +149,23 @@ class SummaryCollector:
                         f"{k} {fmt_any(row[k])} ± {fmt_any(row.get(f'{k}_stderr'))}" for k in ks
                     )
                 )
-            if "reference_model" in row:
-                vs = f"{row['model']} vs {row['reference_model']} (reference)"
-                extra += [f"{vs}: {line}" for line in row["comparison"]]
             if row.get("server_s") is not None:
                 extra.append(_serving_line(row))
-            extra += [f"note: {n}" for n in row["notes"]]
-            extra += [f"WARNING: {w}" for w in row["warnings"]]
             for text in extra:
-                tr.write_line(f"{row['benchmark']}: {text}")
-        models = {str(r["model"]) for r in self.rows} | {m for _, m, _ in self.errors.values()}
+                tr.write_line(f"{subject}: {text}")
+            if "reference_model" in row:  # these lines name both models themselves
+                vs = f"{row['model']} vs {row['reference_model']} (reference)"
+                for compared in row["comparison"]:
+                    tr.write_line(f"{row['benchmark']}: {vs}: {compared}")
+            for key, _ in _notes(row):
+                said_of = grouped.pop(key, None)
+                if said_of is None:  # written with an earlier row
+                    continue
+                pairs = list(dict.fromkeys((b, m) for b, m, _ in said_of))
+                one_benchmark = len({b for b, _ in pairs}) == 1
+                tr.write_line(f"{_subjects(pairs)}: {said_of[0][2] if one_benchmark else key}")
         for name, model, first in sorted(self.errors.values()):
-            # The model is named when the session evaluated several.
-            tr.write_line(f"{name}{f' ({model})' if len(models) > 1 else ''}: ERROR: {first}")
+            tr.write_line(f"{_subjects([(name, model)])}: ERROR: {first}")
         costs = [float(r["est_cost_usd"]) for r in self.rows if r.get("est_cost_usd") is not None]
         hours = [float(r["gpu_hours"]) for r in self.rows if r.get("gpu_hours") is not None]
         if hours:
@@ -148,6 +185,20 @@ class SummaryCollector:
         return path
 
 
+class _Escaping:
+    """The terminal reporter's ``section`` and ``write_line``, with control characters in the
+    text (a server's error message, a model's name) shown escaped, never sent to the terminal."""
+
+    def __init__(self, tr: Any) -> None:
+        self._tr = tr
+
+    def section(self, title: str) -> None:
+        self._tr.section(title)
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self._tr.write_line(escape(line), **markup)
+
+
 def _serving_line(row: dict[str, Any]) -> str:
     text = (
         f"server: start-up {float(row.get('server_startup_s', 0)):.1f}s, "
@@ -158,3 +209,32 @@ def _serving_line(row: dict[str, Any]) -> str:
         if row.get("est_cost_usd") is not None:
             text += f", est. ${float(row['est_cost_usd']):.4f}"
     return text
+
+
+def _notes(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """A summary row's notes and warnings: (what groups it with the same note of another
+    benchmark or model, the line)."""
+    benchmark = str(row["benchmark"])
+    return [
+        (f"{kind}: {_generic(str(text), benchmark)}", f"{kind}: {text}")
+        for kind, texts in (("note", row["notes"]), ("WARNING", row["warnings"]))
+        for text in texts
+    ]
+
+
+def _subjects(pairs: list[tuple[str, str]]) -> str:
+    """What a summary line is about, benchmark and model: ``gsm8k (model-a)``,
+    ``gsm8k, math (a, b)`` or ``gsm8k (a, b); math (a)``."""
+    models: dict[str, list[str]] = {}
+    for benchmark, model in pairs:
+        models.setdefault(benchmark, []).append(model)
+    sets = {tuple(found) for found in models.values()}
+    if len(sets) == 1:
+        return f"{', '.join(models)} ({', '.join(next(iter(sets)))})"
+    return "; ".join(f"{benchmark} ({', '.join(found)})" for benchmark, found in models.items())
+
+
+def _generic(text: str, benchmark: str) -> str:
+    """A note with its benchmark's name as ``<benchmark>``: the same note of several
+    benchmarks (``no baseline yet (evals/__baselines__/<benchmark>.json)``) is written once."""
+    return re.sub(rf"(?<![\w.-]){re.escape(benchmark)}(?![\w-])", "<benchmark>", text)

@@ -1,4 +1,5 @@
-"""What was evaluated, beyond the model's name: the weights' identity in the answer key.
+"""A model's identity and names: the weights' identity in the answer key, the label in test
+ids and the slug in run directories' names.
 
 A finished run is reused when its answer key matches, and the model's *name* does not say
 which weights answer: a checkpoint directory is overwritten, a Hub id gets a new commit, a
@@ -10,7 +11,7 @@ which weights answer: a checkpoint directory is overwritten, a Hub id gets a new
 - a Hub id: the commit it resolves to (:func:`hub_identity`): ``vllm.revision`` when that is a
   commit, else the commit the Hub names for the revision (default ``main``) right now, or,
   for a server on this machine when the Hub cannot be asked, the commit in the local cache.
-  The server is then started at that commit (``collect.item_run.pin_revision``).
+  The server is then started at that commit (:func:`pin_revision`).
 - a ``--base-url`` endpoint: what its ``/v1/models`` says of the served model
   (:func:`served_identity`): its id, ``root`` (the path vLLM loaded) and ``max_model_len``.
 
@@ -21,12 +22,19 @@ When the Hub or the endpoint cannot be asked, the identity is *unchecked*: ``key
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pytest_modal_eval.config.backends import backend
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.serving.endpoint import ServerRequest
 
 #: Seconds to wait for the Hub's answer: a key lookup must not hold a CI job for long.
 HUB_TIMEOUT = 5.0
@@ -251,3 +259,114 @@ def _short(value: Any) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else ""
+
+
+# --- names ---------------------------------------------------------------------------------
+# A model id has one spelling for people and paths, its label (test ids, `runs --model`). A run
+# directory's name puts before it what kind of name it is (`local--` a directory, `default--` an
+# id without an organisation), so that `org/x` and a directory named `x` never share runs.
+
+
+def model_label(model: str) -> str:
+    """The model's one spelling for people and paths: ``Qwen/Qwen3-8B`` -> ``Qwen--Qwen3-8B``;
+    ``./ckpt/step-100/`` -> ``step-100``. Only letters, digits, ``.``, ``_`` and ``-``: it goes
+    into test ids (where ``[`` or ``::`` would break ``--lf``) and directory names."""
+    path = Path(model).expanduser()
+    text = path.name if path.is_dir() else "--".join(p for p in model.split("/") if p)
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text) or "model"
+
+
+def model_slug(model: str) -> str:
+    """The model's part of a run directory's name: its :func:`model_label`, after the kind of
+    name it is: ``org/name`` -> ``org--name``; ``name`` -> ``default--name``; a local directory
+    -> ``local--dirname`` (named by the directory a symlink points to, so a renamed link keeps
+    its runs)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return f"local--{model_label(str(path.resolve()))}"
+    if len([p for p in model.split("/") if p]) > 1:
+        return model_label(model)
+    return f"default--{model_label(model)}"
+
+
+def legacy_model_slug(model: str) -> str:
+    """The run-directory slug of runs made before the slug was spelled from the label. It
+    differs from :func:`model_slug` only for ids with characters the label replaces (a space,
+    ``~`` not expanded, ...); such a model's existing runs are found under this name."""
+    path = Path(model)
+    if path.is_dir():
+        return f"local--{path.resolve().name}"
+    parts = [p for p in model.strip("/").split("/") if p]
+    return "--".join(parts) if len(parts) > 1 else f"default--{parts[0]}"
+
+
+def model_run_dir(output_dir: Path, benchmark: str, model: str) -> tuple[str, Path]:
+    """The slug and directory holding a benchmark's runs with ``model``: the slug's, unless only
+    the plain spelling's directory exists (``legacy_model_slug``: its runs stay resumable)."""
+    # Here: test ids import this module at collection, and the run layout brings pydantic.
+    from pytest_modal_eval.runs.paths import benchmark_dir
+
+    slug = model_slug(model)
+    found = benchmark_dir(output_dir, benchmark, slug)
+    legacy = legacy_model_slug(model)
+    if legacy != slug and not found.exists():
+        old = benchmark_dir(output_dir, benchmark, legacy)
+        if old.is_dir():
+            return legacy, old
+    return slug, found
+
+
+# --- one request's model ---------------------------------------------------------------------
+
+#: What a ``--base-url`` endpoint says it serves: its ``/v1/models`` entry, or why there is none.
+ServedModel = Callable[["ServerRequest"], tuple[dict[str, Any] | None, str | None]]
+
+
+def model_identity(
+    request: ServerRequest,
+    found: dict[str, ModelIdentity],
+    served: ServedModel,
+    cache: Any,
+) -> ModelIdentity:
+    """Which weights answer ``request``, looked up once per process and model (``found`` keeps
+    them): what a ``--base-url`` endpoint says it serves (``served``), a local directory's
+    content digest (fingerprints kept in pytest's ``cache``), or the commit the Hub resolves the
+    id (and ``vllm.revision``) to now."""
+    revision = request.vllm.get("revision")
+    memo = json.dumps([request.backend, request.model, revision, request.base_url])
+    if memo not in found:
+        if backend(request.backend).takes_base_url:
+            identity = served_identity(*served(request))
+        elif Path(request.model).expanduser().is_dir():
+            identity = local_identity(Path(request.model).expanduser(), FingerprintStore(cache))
+        else:
+            # A vLLM on this machine loads the local Hugging Face cache when the Hub cannot be
+            # asked, so there the cached commit is what answers.
+            identity = hub_identity(
+                request.model, revision, cache_serves=backend(request.backend).runs_here
+            )
+        found[memo] = identity
+    return found[memo]
+
+
+def pin_revision(request: ServerRequest, identity: ModelIdentity) -> ServerRequest:
+    """``request`` started at the Hub commit its model's identity names, when ``vllm.revision``
+    names none: otherwise vLLM would fetch whatever the branch points to when it starts (or,
+    on Modal, a warm deployment would keep serving what it fetched before)."""
+    commit = identity.hub_commit
+    if commit is None or request.vllm.get("revision") == commit:
+        return request
+    return replace(request, pinned_revision=commit)
+
+
+def served_revision_problem(request: ServerRequest, profile: Mapping[str, Any]) -> str | None:
+    """Why the server ``profile`` describes does not answer with the commit ``request`` was
+    pinned to (the server was started for another benchmark before the Hub moved), or None."""
+    served = (profile.get("vllm") or {}).get("revision")
+    if request.pinned_revision is None or served == request.pinned_revision:
+        return None
+    return (
+        f"{request.model} resolved to commit {request.pinned_revision} for this benchmark, but "
+        f"its server was started at {served} for another (the Hub moved during the session). "
+        "Run again, or pin vllm.revision to a commit."
+    )

@@ -12,20 +12,31 @@
   removes them first (:meth:`RunPaths.discard_final_files`), so a run is finished exactly when
   its last session ended.
 - ``logs/``: the run's own logs and links to its server's.
+- ``writer.lock`` / ``writer.json``: the lock held by the process evaluating the run, and who
+  that is (see :mod:`pytest_modal_eval.runs.writer_lock`).
+
+Beside the runs of one benchmark and model, ``choosing.lock`` is held while a process picks
+which of them it continues.
 
 This module is the single definition of those names and of the run states; everything that
-reads or writes a run directory goes through :class:`RunPaths`.
+reads or writes a run directory goes through :class:`RunPaths`, which reads the files through
+:mod:`~pytest_modal_eval.runs.reader` (a damaged file is a
+:class:`~pytest_modal_eval.exceptions.RunFileError`). Finding runs is
+:mod:`~pytest_modal_eval.runs.locate`'s.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from pytest_modal_eval.exceptions import RunFileError
+from pytest_modal_eval.runs import reader
 
 RUN_CONFIG = "run_config.json"
 CHECKPOINT = "checkpoint.jsonl"
@@ -34,6 +45,9 @@ ANSWERS = "answers.journal"
 RESULTS = "results.jsonl"
 METADATA = "metadata.json"
 LOGS = "logs"
+WRITER_LOCK = "writer.lock"
+WRITER = "writer.json"
+CHOOSING_LOCK = "choosing.lock"
 
 
 class RunStatus(StrEnum):
@@ -42,6 +56,17 @@ class RunStatus(StrEnum):
     COMPLETE = "complete"  # every selected example finished, none errored
     WITH_ERRORS = "with errors"  # every selected example has an outcome; some errored
     INCOMPLETE = "incomplete"  # started, not finished (interrupted, or still running)
+    # gate.early_stop decided the gate on a random subset; a run without it sends the rest
+    STOPPED_EARLY = "stopped early"
+
+
+def status_of(metadata: dict[str, Any] | None) -> RunStatus:
+    """A run's status from its ``metadata.json`` (None: not written, so not finished)."""
+    if metadata is None:
+        return RunStatus.INCOMPLETE
+    if isinstance(early := metadata.get("early_stop"), dict) and early.get("decided"):
+        return RunStatus.STOPPED_EARLY
+    return RunStatus.WITH_ERRORS if metadata.get("errors") else RunStatus.COMPLETE
 
 
 @dataclass(frozen=True)
@@ -82,12 +107,21 @@ class RunPaths:
     def logs(self) -> Path:
         return self.dir / LOGS
 
+    @property
+    def writer_lock(self) -> Path:
+        return self.dir / WRITER_LOCK
+
+    @property
+    def writer(self) -> Path:
+        return self.dir / WRITER
+
     def is_run(self) -> bool:
         return self.run_config.is_file()
 
     def finished(self) -> bool:
-        """Every selected example has an outcome: the final files were written."""
-        return self.metadata.is_file()
+        """Every selected example has an outcome: the final files were written. (Anything named
+        ``metadata.json`` counts, so a damaged one is read, and reported, not passed over.)"""
+        return os.path.lexists(self.metadata)
 
     def discard_final_files(self) -> None:
         """Remove ``metadata.json``, then ``results.jsonl``: a session is about to evaluate
@@ -99,42 +133,52 @@ class RunPaths:
         self.results.unlink(missing_ok=True)
 
     def read_metadata(self) -> dict[str, Any] | None:
-        """``metadata.json``, or None while the run is not finished (or the file is unreadable)."""
-        return _read_json(self.metadata)
+        """``metadata.json``, or None while the run is not finished; RunFileError if damaged."""
+        return reader.read_metadata(self.metadata)
 
     def read_run_config(self) -> dict[str, Any] | None:
-        return _read_json(self.run_config)
+        """``run_config.json`` (None if missing); RunFileError if damaged."""
+        return reader.read_run_config(self.run_config)
 
     def status(self) -> RunStatus:
-        metadata = self.read_metadata()
-        if metadata is None:
-            return RunStatus.INCOMPLETE
-        return RunStatus.WITH_ERRORS if metadata.get("errors") else RunStatus.COMPLETE
+        return status_of(self.read_metadata())
 
     def complete(self) -> bool:
-        """Finished with no errored example: the one meaning of "complete"."""
-        return self.status() is RunStatus.COMPLETE
+        """Finished with no errored example: the one meaning of "complete". A damaged
+        ``metadata.json`` is not complete: the next session evaluates the run and rewrites it."""
+        try:
+            return self.status() is RunStatus.COMPLETE
+        except RunFileError:
+            return False
 
     def read_checkpoint_meta(self) -> dict[str, Any] | None:
         """``checkpoint_meta.json``: the run's progress (replaced atomically while it runs)."""
-        return _read_json(self.checkpoint_meta)
+        return reader.read_checkpoint_meta(self.checkpoint_meta)
+
+    def records_source(self) -> Path:
+        """Where the run's records are: ``results.jsonl`` once finished, else the checkpoint."""
+        return self.results if self.finished() else self.checkpoint
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """The run's rollout records: ``results.jsonl`` once finished, else the checkpoint
-        (lines a kill tore are skipped)."""
-        source = self.results if self.finished() and self.results.is_file() else self.checkpoint
-        try:
-            handle = source.open("rb")
-        except OSError:
+        """The run's rollout records, checked (:func:`~.reader.iter_records`): ``results.jsonl``
+        once finished, else the checkpoint, whose torn last line (a killed run) is left out:
+        :meth:`torn_checkpoint` tells whether there is one."""
+        if self.finished():
+            if not os.path.lexists(self.results):
+                raise RunFileError(
+                    f"{self.results}: missing although {METADATA} is there; {reader.FIX}"
+                )
+            for _, record in reader.iter_records(self.results):
+                yield record
             return
-        with handle:
-            for raw in handle:
-                try:
-                    record = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and "example_id" in record:
-                    yield record
+        for _, record in reader.iter_records(
+            self.checkpoint, torn_tail=True, fix=reader.CHECKPOINT_FIX
+        ):
+            yield record
+
+    def torn_checkpoint(self) -> bool:
+        """The checkpoint ends in a torn line: the run was killed while writing it."""
+        return not self.finished() and reader.has_torn_tail(self.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -146,6 +190,7 @@ class RunListing:
     status: RunStatus
     benchmark: str
     model: str
+    model_slug: str | None
     done: int | None  # finished examples, when known
     total: int | None  # selected examples
     errors: int
@@ -154,7 +199,8 @@ class RunListing:
     ci: tuple[float | None, float | None] | None
     verdict: str | None
     started_at: datetime | None
-    duration_s: float | None
+    eval_s: float | None  # evaluation time, all sessions (see runs.times)
+    server_s: float | None  # server time (start-up included), when a server was used
 
     @property
     def run_id(self) -> str:
@@ -167,6 +213,10 @@ class RunListing:
             return f"incomplete {done} of {self.total if self.total is not None else '?'}"
         if self.status is RunStatus.WITH_ERRORS:
             return f"with errors ({self.errors})"
+        if self.status is RunStatus.STOPPED_EARLY:
+            done = "?" if self.done is None else f"{self.done:,}"
+            total = "?" if self.total is None else f"{self.total:,}"
+            return f"stopped early {done} of {total}"
         return str(self.status)
 
     def to_json(self) -> dict[str, Any]:
@@ -184,16 +234,15 @@ class RunListing:
             "ci": list(self.ci) if self.ci else None,
             "verdict": self.verdict,
             "started_at": self.started_at.isoformat() if self.started_at else None,
-            "duration_s": self.duration_s,
+            "eval_s": self.eval_s,
+            "server_s": self.server_s,
         }
 
 
 def read_listing(paths: RunPaths) -> RunListing:
     config = paths.read_run_config() or {}
     metadata = paths.read_metadata()
-    status = RunStatus.INCOMPLETE
-    if metadata is not None:
-        status = RunStatus.WITH_ERRORS if metadata.get("errors") else RunStatus.COMPLETE
+    status = status_of(metadata)
     meta = paths.read_checkpoint_meta() or {} if metadata is None else {}
     started = parse_time(config.get("started_at")) or parse_time(meta.get("start_time"))
     total = _int(config.get("num_examples"))
@@ -201,13 +250,13 @@ def read_listing(paths: RunPaths) -> RunListing:
         done = _int(metadata.get("n_evaluated"))
         total = _int(metadata.get("num_examples")) or total
         seconds = metadata.get("time_ms")
-        duration = float(seconds) / 1000 if isinstance(seconds, (int, float)) else None
+        eval_s = float(seconds) / 1000 if isinstance(seconds, (int, float)) else None
+        server_s = _float((metadata.get("serving") or {}).get("server_s"))
     else:
         ids = meta.get("completed_example_ids")
         done = len(ids) if isinstance(ids, list) else None
         total = _int(meta.get("total_examples")) or total
-        last = parse_time(meta.get("last_checkpoint_time"))
-        duration = (last - started).total_seconds() if last and started else None
+        eval_s, server_s = _float(meta.get("eval_s")), _float(meta.get("server_s")) or None
     data = metadata or {}
     ci = data.get("ci")
     verdict = data.get("verdict")
@@ -216,6 +265,7 @@ def read_listing(paths: RunPaths) -> RunListing:
         status=status,
         benchmark=str(config.get("benchmark") or data.get("benchmark") or "?"),
         model=str(config.get("model_id") or data.get("model") or meta.get("model") or "?"),
+        model_slug=config.get("model_slug"),
         done=done,
         total=total,
         errors=_int(data.get("errors")) or 0,
@@ -224,40 +274,9 @@ def read_listing(paths: RunPaths) -> RunListing:
         ci=(_float(ci[0]), _float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None,
         verdict=str(verdict) if verdict is not None else None,
         started_at=started,
-        duration_s=duration,
+        eval_s=eval_s,
+        server_s=server_s,
     )
-
-
-def list_runs(
-    output_dir: Path,
-    *,
-    benchmark: str | None = None,
-    model: str | None = None,
-    limit: int | None = None,
-) -> list[RunListing]:
-    """Runs under ``output_dir``, newest first (run ids start with their UTC start time)."""
-    found = []
-    for paths in sorted(iter_runs(output_dir), key=lambda p: p.run_id, reverse=True):
-        listing = read_listing(paths)
-        if benchmark is not None and listing.benchmark != benchmark:
-            continue
-        if model is not None and listing.model != model:
-            continue
-        found.append(listing)
-        if limit is not None and len(found) >= limit:
-            break
-    return found
-
-
-def find_run(run: str, output_dir: Path) -> RunPaths | None:
-    """A run named by its directory, or by its id (or a unique prefix of it) in ``output_dir``."""
-    given = Path(run).expanduser()
-    if given.is_dir() and RunPaths(given).is_run():
-        return RunPaths(given.resolve())
-    matches = [p for p in iter_runs(output_dir) if p.run_id == run] or [
-        p for p in iter_runs(output_dir) if p.run_id.startswith(run)
-    ]
-    return matches[0] if len(matches) == 1 else None
 
 
 def parse_time(text: object) -> datetime | None:
@@ -286,25 +305,6 @@ def benchmark_dir(output_dir: Path, benchmark: str, model_slug: str) -> Path:
     return output_dir / f"{benchmark}--{model_slug}"
 
 
-def iter_runs(output_dir: Path) -> Iterator[RunPaths]:
-    """Every run directory under ``output_dir`` (one with ``run_config.json``), sorted by path."""
-    if not output_dir.is_dir():
-        return
-    for config_path in sorted(output_dir.glob(f"*/*/{RUN_CONFIG}")):
-        yield RunPaths(config_path.parent)
-
-
-def runs_in(benchmark_dir: Path) -> Iterator[RunPaths]:
-    """The runs of one benchmark and model (see :func:`benchmark_dir`), sorted by path."""
-    if not benchmark_dir.is_dir():
-        return
-    for config_path in sorted(benchmark_dir.glob(f"*/{RUN_CONFIG}")):
-        yield RunPaths(config_path.parent)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+def choosing_lock(benchmark_dir: Path) -> Path:
+    """The lock held while a process picks which run of ``benchmark_dir`` it continues."""
+    return benchmark_dir / CHOOSING_LOCK

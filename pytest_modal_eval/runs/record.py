@@ -3,15 +3,13 @@
 :class:`RolloutRecord` is the schema: every line of ``results.jsonl`` is one, plus one top-level
 key per reward metric of the environment (each metric is also in ``metrics``). The fields'
 descriptions are the ``Annotated`` strings below; the docs' outputs page is generated from them.
-:func:`rollout_record` builds a record from verifiers' output and :func:`read_results` reads a
-run's file back.
+:func:`rollout_record` builds a record from verifiers' output;
+:mod:`~pytest_modal_eval.runs.reader` reads a run's files back, checked against this schema.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from pathlib import Path
+import math
 from typing import Annotated, Any, TypedDict, get_type_hints
 
 
@@ -27,7 +25,11 @@ class RolloutRecord(TypedDict):
     completion: Annotated[Any, "The model's answer: a list of chat messages (or a string)."]
     task: Annotated[str, "The environment's task name."]
     answer: Annotated[Any, "The reference answer from the dataset, when it has one."]
-    reward: Annotated[float, "The rollout's reward (0 for an errored rollout)."]
+    reward: Annotated[
+        float,
+        "The rollout's reward (0 for an errored rollout; one that is not a finite number, such "
+        "as NaN, makes the rollout errored).",
+    ]
     generation_ms: Annotated[
         float,
         "Time spent generating, in ms (waiting for a request slot excluded).",
@@ -48,6 +50,17 @@ class RolloutRecord(TypedDict):
     is_truncated: Annotated[bool, "Whether the completion hit max_tokens."]
     stop_condition: Annotated[str | None, "Why the rollout stopped, as verifiers reports it."]
     token_usage: Annotated[Any, "Token counts the server reported, when it did."]
+    agent: Annotated[
+        str | None,
+        "The seat of a verifiers 0.4 environment whose trace this is: with several seats (a "
+        "two-player game) each rollout has one record per seat; with one, its name (agent); "
+        "null for the classic API and the bundled tasksets.",
+    ]
+    seats: Annotated[
+        dict[str, Any],
+        "The other seats' results in the same episode (each also has a record of its own): "
+        "seat -> reward, metrics, stop_condition, error (empty with one seat).",
+    ]
     metrics: Annotated[
         dict[str, float],
         "Each reward metric of the rubric; each is also a top-level key.",
@@ -80,6 +93,12 @@ def rollout_record(
         return round(float(part.get("duration") or 0.0) * 1000, 3)
 
     metrics = dict(output.get("metrics") or {})
+    reward, problem = _score("reward", output.get("reward") or 0.0)
+    for name, value in metrics.items():
+        metrics[name], wrong = _score(f"metric {name!r}", value)
+        problem = problem or wrong
+    if problem is not None:
+        reward = 0.0
     record: RolloutRecord = {
         "example_id": output["example_id"],
         "rollout": rollout,
@@ -87,16 +106,18 @@ def rollout_record(
         "completion": output.get("completion"),
         "task": output.get("task") or task_default,
         "answer": output.get("answer"),
-        "reward": float(output.get("reward") or 0.0),
+        "reward": reward,
         "generation_ms": round(max(0.0, ms("generation") - wait_ms), 3),
         "slot_wait_ms": wait_ms,
         "scoring_ms": ms("scoring"),
         "total_ms": round(float(timing.get("total") or 0.0) * 1000, 3),
         "info": output.get("info") or {},
-        "error": output.get("error"),
+        "error": output.get("error") or problem,
         "is_truncated": bool(output.get("is_truncated")),
         "stop_condition": output.get("stop_condition"),
         "token_usage": output.get("token_usage"),
+        "agent": output.get("agent"),
+        "seats": output.get("seats") or {},
         "metrics": metrics,
     }
     flat: dict[str, Any] = dict(record)
@@ -107,9 +128,16 @@ def rollout_record(
     return flat
 
 
-def read_results(path: Path) -> Iterator[RolloutRecord]:
-    """The records of a ``results.jsonl``, in file order (one line at a time: flat in memory)."""
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
+def _score(name: str, value: Any) -> tuple[float, dict[str, str] | None]:
+    """A reward or metric as a finite float, else 0.0 and the error that makes the rollout
+    errored (so it is retried, never counted, and the files stay strict JSON)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if math.isfinite(number):
+        return number, None
+    return 0.0, {
+        "error": "InvalidReward",
+        "message": f"the environment's rubric returned {name} {value!r}, not a finite number",
+    }

@@ -14,12 +14,15 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
-
+from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.redact import mask_args, mask_mapping
-from pytest_modal_eval.runs.paths import RunPaths, runs_in
+from pytest_modal_eval.runs.locate import runs_in
+from pytest_modal_eval.runs.paths import RunPaths
+
+if TYPE_CHECKING:
+    import pytest
 
 CACHE_PREFIX = "modal_eval/runs"
 
@@ -36,6 +39,7 @@ def answer_fields(
     vllm: dict[str, Any],
     endpoint_identity: str | None,
     weights: dict[str, Any] | None = None,
+    agent: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything that can change an answer, and nothing that cannot (GPU, timeouts, concurrency).
 
@@ -63,6 +67,9 @@ def answer_fields(
     if rollouts > 1 and sampling.get("seed") is not None:
         # Runs made when every rollout sent the same seed are not continued with distinct ones.
         fields["rollout_seeds"] = "seed + rollout index"
+    if agent:
+        # The harness and runtime that play the environment (the benchmark's agent section).
+        fields["agent"] = agent
     return fields
 
 
@@ -141,8 +148,8 @@ class RunIndex:
         for paths in runs_in(self.benchmark_dir):
             config_path = paths.run_config
             try:
-                run_config = json.loads(config_path.read_text())
-            except (OSError, json.JSONDecodeError):
+                run_config = paths.read_run_config() or {}
+            except RunFileError:  # a damaged run is not one to continue
                 continue
             found[run_config.get("answer_hash", "")] = {
                 "run_dir": str(config_path.parent),

@@ -5,6 +5,11 @@ whole run, 66 MB at 100,000 examples. Here every (example, rollout) is a slot in
 finished flag, reward, truncation flag, and one float column per metric; errors, which are
 rare, live in a dict keyed by slot. An example id maps to its first position in the selection
 (:class:`Positions`), so a duplicated id shares one state, as it shares one checkpoint entry.
+
+An environment with several seats (a two-player game) records one record per seat per rollout
+(its ``agent`` names the seat): each seat has its own ``rollouts`` slots of an example, and the
+example is finished once every seat's every rollout is. Rewards, metrics and summaries are one
+seat's (the headline seat, unless another is named); a missing rollout is one any seat misses.
 """
 
 from __future__ import annotations
@@ -23,11 +28,23 @@ from pytest_modal_eval.stats.summary import ExampleRewards
 
 
 class RunState:
-    def __init__(self, example_ids: Sequence[int], rollouts: int) -> None:
+    def __init__(
+        self,
+        example_ids: Sequence[int],
+        rollouts: int,
+        seats: Sequence[str] = (),
+        headline: str | None = None,
+    ) -> None:
         self.example_ids = example_ids
         self.rollouts = rollouts
+        # With several seats, seat i of an example holds slots i * rollouts .. of its width;
+        # with one (or none), records are keyed by rollout alone, whatever their ``agent``.
+        self.seats = list(seats) if len(seats) > 1 else []
+        self._seat_index: dict[Any, int] = {seat: i for i, seat in enumerate(self.seats)}
+        self.headline = headline if headline is not None else next(iter(self.seats), None)
+        self.width = rollouts * max(1, len(self.seats))
         self.positions = Positions(example_ids)
-        slots = len(example_ids) * rollouts
+        slots = len(example_ids) * self.width
         self._done = bytearray(slots)
         self._example_done = bytearray(len(example_ids))  # by position: every rollout finished
         self._rewards = array("d", bytes(8 * slots))
@@ -38,11 +55,16 @@ class RunState:
 
     @classmethod
     def from_checkpoint(
-        cls, checkpoint: Checkpoint, example_ids: Sequence[int], rollouts: int
+        cls,
+        checkpoint: Checkpoint,
+        example_ids: Sequence[int],
+        rollouts: int,
+        seats: Sequence[str] = (),
+        headline: str | None = None,
     ) -> RunState:
         """Fold the checkpoint in: the first finished record of a rollout wins; until there is
         one, the newest error. Records of examples outside the selection are left on disk."""
-        state = cls(example_ids, rollouts)
+        state = cls(example_ids, rollouts, seats, headline)
         state.add(checkpoint.read())
         return state
 
@@ -50,9 +72,11 @@ class RunState:
         for record in records:
             rollout = int(record.get("rollout", 0))
             position = self.positions.get(int(record["example_id"]))
-            if position is None or not 0 <= rollout < self.rollouts:
+            seat = self._seat_index.get(record.get("agent")) if self.seats else 0
+            if position is None or seat is None or not 0 <= rollout < self.rollouts:
                 continue
-            slot = position * self.rollouts + rollout
+            first = position * self.width
+            slot = first + seat * self.rollouts + rollout
             if self._done[slot]:
                 continue  # a duplicate from a kill between write and bookkeeping
             if record.get("error"):
@@ -60,8 +84,7 @@ class RunState:
                 continue
             self._errors.pop(slot, None)
             self._done[slot] = 1
-            first = position * self.rollouts
-            if all(self._done[first : first + self.rollouts]):
+            if all(self._done[first : first + self.width]):
                 self._example_done[position] = 1
             self._rewards[slot] = float(record.get("reward") or 0.0)
             self._truncated[slot] = bool(record.get("is_truncated"))
@@ -79,24 +102,39 @@ class RunState:
             column = self._metrics[name] = array("d", [math.nan]) * len(self._done)
         column[slot] = number
 
-    def _slots(self, example_id: int) -> range:
-        first = self.positions[example_id] * self.rollouts
+    def _column(self, seat: str | None) -> int:
+        """The first of ``seat``'s slots within an example's (None: the headline seat's)."""
+        if not self.seats:
+            return 0
+        name = self.headline if seat is None else seat
+        return self._seat_index[name] * self.rollouts
+
+    def _slots(self, example_id: int, seat: str | None = None) -> range:
+        first = self.positions[example_id] * self.width + self._column(seat)
         return range(first, first + self.rollouts)
 
     def missing(self, example_id: int) -> list[int]:
-        """The rollouts of this example without a finished record, in order."""
-        return [r for r, slot in enumerate(self._slots(example_id)) if not self._done[slot]]
+        """The rollouts of this example some seat has no finished record of, in order."""
+        first = self.positions[example_id] * self.width
+        return [
+            r
+            for r in range(self.rollouts)
+            if not all(self._done[first + s + r] for s in range(0, self.width, self.rollouts))
+        ]
 
     def finished(self, example_id: int) -> bool:
         return bool(self._example_done[self.positions[example_id]])
 
-    def rewards(self, example_id: int) -> list[float]:
-        """Rewards of a finished example's rollouts, in rollout order."""
-        return [self._rewards[slot] for slot in self._slots(example_id)]
+    def rewards(self, example_id: int, seat: str | None = None) -> list[float]:
+        """Rewards of a finished example's rollouts, in rollout order (one seat's: None is the
+        headline seat)."""
+        return [self._rewards[slot] for slot in self._slots(example_id, seat)]
 
     def error(self, example_id: int) -> str | None:
-        """The error of this example's first unfinished rollout that has one."""
-        return next((self._errors[s] for s in self._slots(example_id) if s in self._errors), None)
+        """The error of this example's first unfinished rollout that has one (any seat's)."""
+        first = self.positions[example_id] * self.width
+        slots = range(first, first + self.width)
+        return next((self._errors[s] for s in slots if s in self._errors), None)
 
     def any_error(self) -> str | None:
         return next(iter(self._errors.values()), None)
@@ -119,15 +157,18 @@ class RunState:
         return sum(self._truncated[slot] for slot in self._slots(example_id))
 
     def metric_means(self, example_ids: Iterable[int]) -> dict[str, float]:
-        """Each metric's mean over the rollouts of the given examples that reported it."""
+        """Each metric's mean over the headline seat's rollouts of the given examples that
+        reported it."""
         positions = np.fromiter(map(self.positions.__getitem__, example_ids), np.intp)
-        return self._metric_means(positions)
+        return self._metric_means(positions, None)
 
-    def _metric_means(self, positions: npt.NDArray[np.intp] | None) -> dict[str, float]:
-        """Metric means over the rollouts at ``positions`` (None: every position)."""
+    def _metric_means(
+        self, positions: npt.NDArray[np.intp] | None, seat: str | None
+    ) -> dict[str, float]:
+        """Metric means over ``seat``'s rollouts at ``positions`` (None: every position)."""
         means: dict[str, float] = {}
         for name, column in self._metrics.items():
-            values = self._rows(np.frombuffer(column, dtype=np.float64), positions).ravel()
+            values = self._rows(np.frombuffer(column, dtype=np.float64), positions, seat).ravel()
             missing = np.isnan(values)
             if missing.any():
                 values = values[~missing]
@@ -135,13 +176,23 @@ class RunState:
                 means[name] = math.fsum(_floats(values)) / len(values)
         return means
 
-    def _rows(self, column: npt.NDArray[Any], positions: npt.NDArray[np.intp] | None) -> Any:
-        """A per-slot column as one row of ``rollouts`` per position (None: a view of all)."""
-        rows = column.reshape(-1, self.rollouts)
+    def _rows(
+        self,
+        column: npt.NDArray[Any],
+        positions: npt.NDArray[np.intp] | None,
+        seat: str | None = None,
+    ) -> Any:
+        """A per-slot column as one row of ``seat``'s ``rollouts`` per position (None: a view
+        of all positions)."""
+        start = self._column(seat)
+        rows = column.reshape(-1, self.width)
+        if self.seats:
+            rows = rows[:, start : start + self.rollouts]
         return rows if positions is None else rows[positions]
 
-    def summary(self) -> Summary:
-        """What the end of a run reports, computed on the columns.
+    def summary(self, seat: str | None = None) -> Summary:
+        """What the end of a run reports, computed on the columns (``seat``'s rewards and
+        metrics with several seats; None: the headline seat's).
 
         Per selected entry (an id selected twice counts twice, as its rollouts do), except the
         rewards, which hold each finished example once. No per-example Python objects: a dict
@@ -163,15 +214,15 @@ class RunState:
             example_id = self.example_ids[index]
             errored[example_id] = self.error(example_id) or "not evaluated"
         ids = np.asarray(self.example_ids, dtype=np.int64)
-        truncated = self._rows(np.frombuffer(self._truncated, dtype=np.uint8), selected)
+        truncated = self._rows(np.frombuffer(self._truncated, dtype=np.uint8), selected, seat)
         return Summary(
             rewards=ExampleRewards(
                 ids if unique is None else ids[unique],
-                self._rows(np.frombuffer(self._rewards, dtype=np.float64), unique),
+                self._rows(np.frombuffer(self._rewards, dtype=np.float64), unique, seat),
             ),
             errored=errored,
             truncated_rollouts=int(truncated.sum(dtype=np.int64)),
-            metric_means=self._metric_means(selected),
+            metric_means=self._metric_means(selected, seat),
         )
 
 

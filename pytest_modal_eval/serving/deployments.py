@@ -15,33 +15,28 @@ time: one vLLM per GPU. A request for another profile waits until no running ite
 current server, then stops it; an item that would need two at once is refused with an error.
 
 Without xdist :class:`Deployments` runs in-process. Under xdist it lives on the controller,
-which also runs a small HTTP broker on 127.0.0.1; workers ask the broker for the endpoint of a
-profile (handing it only JSON), so ``-n 4`` still deploys once.
+and workers reach it through the broker (:mod:`.broker`), so ``-n 4`` still deploys once.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.config.options import Settings
 from pytest_modal_eval.exceptions import ServerStartError
-from pytest_modal_eval.serving.backends import backend, endpoint_info_for_existing, start_server
+from pytest_modal_eval.redact import Redactor
+from pytest_modal_eval.serving.backends import endpoint_info_for_existing, start_server
 from pytest_modal_eval.serving.endpoint import EndpointInfo, Server, ServerRequest
 
-BROKER_INPUT_KEY = "modal_eval_broker"
 #: The plan's mark for an item that may ask for any profile (it uses ``eval_endpoint``).
 ANY_PROFILE = "*"
-#: Header carrying the broker's per-session token.
-BROKER_TOKEN_HEADER = "X-Broker-Token"
 
 
 def profile_key(request: ServerRequest) -> str:
@@ -91,9 +86,13 @@ class _Running:
 class Deployments:
     """Starts servers on demand, one per profile; stops each when the plan no longer needs it."""
 
-    def __init__(self, settings: Settings, logs_dir: Path) -> None:
+    def __init__(
+        self, settings: Settings, logs_dir: Path, redactor: Redactor | None = None
+    ) -> None:
+        """``redactor``: the session's secrets, kept out of the servers' logs."""
         self.settings = settings
         self.logs_dir = logs_dir
+        self.redactor = redactor
         self._cond = threading.Condition()
         self._servers: dict[str, _Running] = {}
         self._starting: set[str] = set()
@@ -141,7 +140,7 @@ class Deployments:
     def endpoint_for(self, request: ServerRequest, holder: str | None = None) -> EndpointInfo:
         """The endpoint of ``request``'s profile, started if need be, for the item ``holder``
         (a node id), which holds the server until its teardown is reported."""
-        if request.backend == "endpoint":
+        if not backend(request.backend).starts_server:
             return endpoint_info_for_existing(request)
         key = profile_key(request)
         runs_here = backend(request.backend).runs_here
@@ -177,7 +176,9 @@ class Deployments:
                 self._starting.add(key)
                 break
         try:
-            server, info = start_server(request, self.settings, self.logs_dir, holder)
+            server, info = start_server(
+                request, self.settings, self.logs_dir, holder, self.redactor
+            )
         except Exception as exc:
             with self._cond:
                 # Every benchmark on this profile would wait out the same failure again.
@@ -224,142 +225,3 @@ class Deployments:
             for key in reversed(list(self._servers)):
                 self._stop_locked(key)
             self._cond.notify_all()
-
-    # -- hooks (registered on the controller, or in-process without xdist) ----------------
-
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Runs on the controller (and in-process): an item's teardown, or xdist's report of a
-        crashed worker's item ("???"), means the item is over."""
-        if report.when in ("teardown", "???") and not hasattr(report, "context"):
-            self.finished(report.nodeid)
-
-
-class Broker:
-    """Controller side: answers workers' ``POST /endpoint``, ``/plan`` and ``/finished`` from
-    :class:`Deployments`."""
-
-    def __init__(self, deployments: Deployments) -> None:
-        self.deployments = deployments
-        self.token = secrets.token_hex(16)
-        self.url = ""
-        self._loop: Any = None  # the broker thread's asyncio loop
-        self._thread: threading.Thread | None = None
-        self._runner: Any = None
-
-    def start(self) -> str:
-        import asyncio  # here: only an xdist controller runs a broker
-
-        from aiohttp import web
-
-        ready = threading.Event()
-
-        def authorised(request: web.Request) -> bool:
-            given = request.headers.get(BROKER_TOKEN_HEADER, "")
-            return secrets.compare_digest(given.encode(), self.token.encode())
-
-        async def endpoint(request: web.Request) -> web.Response:
-            if not authorised(request):
-                return web.json_response({"error": "forbidden"}, status=403)
-            payload = await request.json()
-            try:
-                info = await asyncio.to_thread(
-                    self.deployments.endpoint_for,
-                    ServerRequest(**payload["request"]),
-                    payload.get("holder"),
-                )
-            except Exception as exc:
-                return web.json_response({"error": str(exc)}, status=500)
-            return web.json_response(info.to_json())
-
-        async def plan(request: web.Request) -> web.Response:
-            if not authorised(request):
-                return web.json_response({"error": "forbidden"}, status=403)
-            self.deployments.plan(await request.json())
-            return web.json_response({})
-
-        async def finished(request: web.Request) -> web.Response:
-            if not authorised(request):
-                return web.json_response({"error": "forbidden"}, status=403)
-            payload = await request.json()
-            await asyncio.to_thread(self.deployments.finished, str(payload["holder"]))
-            return web.json_response({})
-
-        async def serve() -> None:
-            app = web.Application()
-            app.router.add_post("/endpoint", endpoint)
-            app.router.add_post("/plan", plan)
-            app.router.add_post("/finished", finished)
-            self._runner = web.AppRunner(app, access_log=None)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self.url = f"http://127.0.0.1:{port}"
-            ready.set()
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(serve())
-            self._loop.run_forever()
-            self._loop.run_until_complete(self._runner.cleanup())
-            self._loop.close()
-
-        self._thread = threading.Thread(target=run, name="modal-eval-broker", daemon=True)
-        self._thread.start()
-        ready.wait(30)
-        return self.url
-
-    def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-            self._loop = None
-
-
-class BrokerClient:
-    """Worker side: the same ``plan``, ``endpoint_for`` and ``finished`` as :class:`Deployments`,
-    over HTTP.
-
-    Nothing is cached: the controller may have stopped a server since the last answer.
-    Requests go straight to 127.0.0.1, never through an ``HTTP_PROXY`` from the environment:
-    the broker's token must not leave the machine.
-    """
-
-    def __init__(self, url: str, token: str) -> None:
-        self.url, self.token = url, token
-
-    def _post(self, path: str, payload: Any) -> Any:
-        import httpx
-
-        # Deploys can take many minutes (cold starts, image builds): no short timeout.
-        response = httpx.post(
-            f"{self.url}{path}",
-            json=payload,
-            headers={BROKER_TOKEN_HEADER: self.token},
-            timeout=None,
-            trust_env=False,
-        )
-        if response.status_code != 200:
-            raise ServerStartError(response.json().get("error", response.text))
-        return response.json()
-
-    def plan(self, needs: Mapping[str, str]) -> None:
-        self._post("/plan", dict(needs))
-
-    def finished(self, nodeid: str) -> None:
-        self._post("/finished", {"holder": nodeid})
-
-    def endpoint_for(self, request: ServerRequest, holder: str | None = None) -> EndpointInfo:
-        if request.backend == "endpoint":
-            return endpoint_info_for_existing(request)
-        data = self._post("/endpoint", {"request": asdict(request), "holder": holder})
-        return EndpointInfo.from_json(data)
-
-
-DEPLOYMENTS_KEY = pytest.StashKey[Deployments]()
-SOURCE_KEY = pytest.StashKey["Deployments | BrokerClient"]()
-
-
-def endpoint_source(config: pytest.Config) -> Deployments | BrokerClient:
-    return config.stash[SOURCE_KEY]

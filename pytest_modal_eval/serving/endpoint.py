@@ -11,7 +11,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pytest_modal_eval.config.backends import BACKENDS, backend
 
 if TYPE_CHECKING:
     # Types only: the Modal container imports this module without pytest installed, and every
@@ -20,8 +22,11 @@ if TYPE_CHECKING:
     from pytest_modal_eval.config.options import Settings
     from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 
-BackendName = Literal["modal", "local"]
-_BACKENDS: tuple[BackendName, ...] = ("modal", "local")
+
+def _check_starts_server(name: str) -> None:
+    if name not in BACKENDS or not BACKENDS[name].starts_server:
+        names = [spec.name for spec in BACKENDS.values() if spec.starts_server]
+        raise ValueError(f"backend must be one of {tuple(names)}, got {name!r}")
 
 
 #: How much of a server log a startup failure shows.
@@ -45,7 +50,7 @@ def canonical_json(value: object) -> str:
 class ServerProfile:
     """What a server depends on. Benchmarks with equal profiles share one server."""
 
-    backend: BackendName
+    backend: str  # a backend that starts servers (config/backends.py)
     model: str  # Hugging Face id or a local directory
     infra: InfraConfig
     vllm: VllmConfig
@@ -54,8 +59,7 @@ class ServerProfile:
     chat_template: str | None = None
 
     def __post_init__(self) -> None:
-        if self.backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got {self.backend!r}")
+        _check_starts_server(self.backend)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,13 +74,12 @@ class ServerProfile:
     def from_json(cls, data: dict[str, Any]) -> ServerProfile:
         from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 
-        backend = data["backend"]
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+        name = str(data["backend"])
+        _check_starts_server(name)
         # Validate through JSON mode: the config models are strict, and JSON mode is the strict
         # mode that accepts what json.loads produces (e.g. 1 for a float field).
         return cls(
-            backend=cast(BackendName, backend),
+            backend=name,
             model=str(data["model"]),
             infra=InfraConfig.model_validate_json(canonical_json(data["infra"])),
             vllm=VllmConfig.model_validate_json(canonical_json(data["vllm"])),
@@ -171,7 +174,7 @@ class ServerRequest:
     def endpoint_identity(self) -> str | None:
         """The endpoint's part of the answer key: a ``--base-url`` endpoint is known by its URL;
         a server we start, by its profile's fields (already in the key)."""
-        return self.base_url if self.backend == "endpoint" else None
+        return self.base_url if backend(self.backend).takes_base_url else None
 
     def applies_template(self, recorded: object) -> bool:
         """Whether the vLLM we start for this request, started now, would apply the chat
@@ -183,14 +186,14 @@ class ServerRequest:
             self.model,
             self.chat_template,
             extra_args=self.vllm.get("extra_args") or (),
-            served_from_here=self.backend == "local",
+            served_from_here=backend(self.backend).runs_here,
             revision=self.vllm.get("revision"),
         )
 
     def profile(self) -> dict[str, Any]:
         """The server profile: the fields that decide which server answers."""
-        if self.backend == "endpoint":
-            return {"backend": "endpoint", "base_url": self.base_url, "model": self.model}
+        if backend(self.backend).takes_base_url:
+            return {"backend": self.backend, "base_url": self.base_url, "model": self.model}
         return {
             "backend": self.backend,
             "model": self.model,
@@ -202,7 +205,7 @@ class ServerRequest:
     def served_profile(self) -> dict[str, Any]:
         """:meth:`profile` as the server is started: at the pinned revision, if any."""
         profile = self.profile()
-        if self.pinned_revision is not None and self.backend != "endpoint":
+        if self.pinned_revision is not None and backend(self.backend).starts_server:
             profile["vllm"] = {**self.vllm, "revision": self.pinned_revision}
         return profile
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from pytest_modal_eval.exceptions import ShareError
 from pytest_modal_eval.redact import Redactor
-from pytest_modal_eval.runs.paths import METADATA, RUN_CONFIG, RunPaths, iter_runs
+from pytest_modal_eval.runs.paths import METADATA, RUN_CONFIG, RunPaths
+from pytest_modal_eval.runs.reader import parse_json
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class SharedRun:
         return self.paths.dir.parent.name
 
     def records(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.results_text.splitlines() if line.strip()]
+        # Lines end at "\n" only: U+2028, U+2029 and U+0085 are text inside a record.
+        return [parse_json(line) for line in self.results_text.split("\n") if line.strip()]
 
 
 def load_run(run_dir: Path, redactor: Redactor) -> SharedRun:
@@ -62,19 +64,15 @@ def load_run(run_dir: Path, redactor: Redactor) -> SharedRun:
             f"{paths.dir}: no {METADATA}, so the run has not finished; finish it first "
             "(run the benchmark again: it resumes)"
         )
-    found: dict[str, dict[str, Any]] = {}
-    for path in (paths.metadata, paths.run_config):
-        try:
-            value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ShareError(f"{path}: not readable JSON ({exc})") from None
-        if not isinstance(value, dict):
-            raise ShareError(f"{path}: expected a JSON object")
-        found[path.name] = redactor.json(value)
-    try:
-        results = paths.results.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ShareError(f"{paths.results}: not readable ({exc}); the run did not finish") from None
+    # Read through the one reader of run files: a damaged file is a RunFileError naming the
+    # file, line and field. The results are checked line by line, then shared as written.
+    found = {
+        METADATA: redactor.json(paths.read_metadata() or {}),
+        RUN_CONFIG: redactor.json(paths.read_run_config() or {}),
+    }
+    for _ in paths.records():
+        pass
+    results = paths.results.read_text(encoding="utf-8")
     reports = {
         report.name: redactor.text(report.read_text(encoding="utf-8", errors="replace"))
         for report in sorted(paths.dir.glob("*.html"))
@@ -86,22 +84,6 @@ def load_run(run_dir: Path, redactor: Redactor) -> SharedRun:
         results_text=redactor.text(results),
         reports=reports,
     )
-
-
-def find_runs(location: Path) -> list[RunPaths]:
-    """The runs a path names: a run directory itself, or every run inside a directory holding
-    runs (an output directory, or one benchmark x model's directory)."""
-    if RunPaths(location).is_run():
-        return [RunPaths(location)]
-    found = list(iter_runs(location)) or [
-        RunPaths(p.parent) for p in sorted(location.glob(f"*/{RUN_CONFIG}"))
-    ]
-    if not found:
-        raise ShareError(
-            f"{location}: neither a run directory (no {RUN_CONFIG}) nor a directory holding "
-            "runs; pass e.g. outputs/evals or outputs/evals/BENCH--ORG--MODEL/RUN_ID"
-        )
-    return found
 
 
 def latest_per_config(runs: Iterable[SharedRun]) -> dict[str, SharedRun]:
@@ -144,7 +126,15 @@ def _column(values: list[Any]) -> Any:
             return native
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         pass
-    return pa.array(
-        [None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True) for v in values],
-        pa.string(),
-    )
+    return pa.array([None if v is None else _json_text(v) for v in values], pa.string())
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON text Parquet can store: UTF-8 as is, a lone surrogate (which a
+    server's JSON can carry and UTF-8 cannot) as a ``\\uXXXX`` escape."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, sort_keys=True)
+    return text

@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from pytest_modal_eval.report.format import fmt_any, fmt_interval
+from pytest_modal_eval.stats.format import fmt_any, fmt_interval
 
 SPLIT = "latest"
 RESULTS_FILE = "results.parquet"

@@ -1,37 +1,40 @@
 """``--push-to-hub`` and ``--mlflow``: share the session's finished runs when it ends.
 
-:class:`SharePlugin` is registered on the controller only (or in-process without xdist):
-workers evaluate, the controller sees every benchmark item's report (``run_dir`` crosses xdist
-in ``user_properties``) and shares once, in ``pytest_sessionfinish`` (the ``LFPlugin`` shape).
-What it needs (``HF_TOKEN``, MLflow installed) is checked in ``pytest_configure``, before any
-evaluation spends time. A failed push or log is reported in the summary and makes the exit
-status 1; it never hides the evaluations' results.
+:class:`SessionShare` lives on the controller only (or in-process without xdist), driven by
+its session's hooks: workers evaluate, the controller sees every benchmark item's report
+(``run_dir`` crosses xdist in ``user_properties``) and shares once, when the session finishes
+(the ``LFPlugin`` shape). What it needs (``HF_TOKEN``, MLflow installed) is checked by
+:func:`configure` when the session is configured, before any evaluation spends time. A failed
+push or log is reported in the summary and makes the exit status 1; it never hides the
+evaluations' results.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval.exceptions import ShareError
 from pytest_modal_eval.redact import Redactor
 
+if TYPE_CHECKING:
+    import pytest
+
 PUSH_DEST = "modal_eval_push_to_hub"
 PRIVATE_DEST = "modal_eval_hub_private"
 MLFLOW_DEST = "modal_eval_mlflow"
-PLUGIN_NAME = "modal_eval_share"
 
 
 def _repo_id(value: str) -> str:
+    """The option's ``type=``: argparse reports the error as ``argument --push-to-hub: ...``."""
     from pytest_modal_eval.share.hub import check_repo_id
 
     try:
         return check_repo_id(value)
     except ShareError as exc:
-        raise pytest.UsageError(f"--push-to-hub: {exc}") from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -65,34 +68,41 @@ def add_options(parser: pytest.Parser) -> None:
     )
 
 
-def configure(config: pytest.Config, output_dir: Path) -> None:
-    """Register :class:`SharePlugin` when asked for; check what it needs before any run."""
+def configure(config: pytest.Config, output_dir: Path, redactor: Redactor) -> SessionShare | None:
+    """The session's :class:`SessionShare` when asked for (None otherwise, and on an xdist
+    worker); what it needs is checked here, before any run. Raises :class:`ShareError`, which
+    the caller reports as a usage error."""
     repo_id: str | None = config.getoption(PUSH_DEST)
     use_mlflow: bool = config.getoption(MLFLOW_DEST)
     if config.getoption(PRIVATE_DEST) and not repo_id:
-        raise pytest.UsageError("--hub-private needs --push-to-hub ORG/NAME")
+        raise ShareError("--hub-private needs --push-to-hub ORG/NAME")
     if not (repo_id or use_mlflow) or hasattr(config, "workerinput"):
-        return
+        return None
     if config.option.collectonly:
-        return
+        return None
     from pytest_modal_eval.share import hub, tracking
 
-    try:
-        token = hub.hub_token(os.environ) if repo_id else None
-        if use_mlflow:
-            tracking.require_mlflow()
-    except ShareError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    plugin = SharePlugin(
-        repo_id, bool(config.getoption(PRIVATE_DEST)), token, use_mlflow, output_dir
+    token = hub.hub_token(os.environ) if repo_id else None
+    if use_mlflow:
+        tracking.require_mlflow()
+    return SessionShare(
+        repo_id, bool(config.getoption(PRIVATE_DEST)), token, use_mlflow, output_dir, redactor
     )
-    config.pluginmanager.register(plugin, PLUGIN_NAME)
 
 
-class SharePlugin:
+class SessionShare:
+    """The session's finished runs, shared when it ends (see the module docstring)."""
+
     def __init__(
-        self, repo_id: str | None, private: bool, token: str | None, mlflow: bool, output_dir: Path
+        self,
+        repo_id: str | None,
+        private: bool,
+        token: str | None,
+        mlflow: bool,
+        output_dir: Path,
+        redactor: Redactor,
     ) -> None:
+        self.redactor = redactor  # the session's: every secret value it holds
         self.repo_id = repo_id
         self.private = private
         self.token = token
@@ -102,21 +112,20 @@ class SharePlugin:
         self.lines: list[str] = []
         self.errors: set[str] = set()
 
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Runs on the controller (and in-process): each benchmark item's run directory."""
+    def add(self, report: pytest.TestReport) -> None:
+        """A report, on the controller (and in-process): each benchmark item's run directory."""
         if report.when != "call" or hasattr(report, "context"):
             return
         run_dir = dict(report.user_properties).get("run_dir")
         if isinstance(run_dir, str):
             self.run_dirs[run_dir] = None
 
-    @pytest.hookimpl
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Runs once on the controller, after every item; shares the finished runs."""
+    def share(self) -> bool:
+        """Once on the controller, after every item: shares the finished runs. False when a
+        push or log failed (the session's exit status then says so)."""
         from pytest_modal_eval.share import bundle, hub, tracking
 
-        redactor = Redactor.from_environ()
+        redactor = self.redactor
         runs = []
         for run_dir in self.run_dirs:
             try:
@@ -125,7 +134,7 @@ class SharePlugin:
                 self.lines.append(f"not shared: {exc}")
         if not runs:
             self.lines.append("no finished runs to share")
-            return
+            return True
         # A failure here is reported, not raised: the evaluations' own results stay visible.
         if self.repo_id and self.token:
             try:
@@ -144,16 +153,14 @@ class SharePlugin:
                 self._fail(f"MLflow: logging failed: {_reason(exc, redactor)}")
             else:
                 self.lines.append(tracking.describe(logged, uri))
-        if self.errors and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return not self.errors
 
     def _fail(self, message: str) -> None:
         self.errors.add(message)
         self.lines.append(message)
 
-    @pytest.hookimpl
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Runs on the controller after :meth:`pytest_sessionfinish`."""
+    def write(self, terminalreporter: Any) -> None:
+        """On the controller, in the terminal summary (after :meth:`share`)."""
         if self.lines:
             terminalreporter.section("shared results")
             for line in self.lines:

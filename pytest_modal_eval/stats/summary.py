@@ -31,8 +31,13 @@ from pytest_modal_eval.stats import intervals, power
 SOLVED_THRESHOLD = 0.5
 """An example counts as solved when its mean reward is at least this."""
 
-DIFF_CONFIDENCE = 0.95
-"""Confidence level of :attr:`PairedComparison.diff_ci_low` / ``diff_ci_high``."""
+
+def diff_confidence(alpha: float) -> float:
+    """Two-sided level of a comparison's interval for a one-sided test at ``alpha``: 1 - 2
+    alpha, so its upper end is the test's one-sided 1 - alpha bound, and "regressed" goes with
+    an interval entirely below 0 (0.90 at the default alpha 0.05)."""
+    return 1.0 - 2.0 * alpha
+
 
 TEST_MCNEMAR = "mcnemar-exact"
 TEST_PAIRED_T = "paired-t"
@@ -201,7 +206,7 @@ class ExampleRewards(Mapping[str, Sequence[float]]):
     As a mapping it reads like ``{str(id): [reward, ...]}`` in ``ids`` order, but a run of
     100,000 examples holds 16 bytes per single-rollout example here where a dict of lists
     with str keys held ~200 (~20 MB at the end of every such run). :func:`summarize` and
-    :meth:`pytest_modal_eval.judge.baseline.Baseline.from_rewards` read the arrays directly.
+    :meth:`pytest_modal_eval.gate.baseline.Baseline.from_rewards` read the arrays directly.
     """
 
     def __init__(self, ids: npt.ArrayLike, rewards: npt.ArrayLike) -> None:
@@ -303,8 +308,11 @@ def summarize(
     - every reward 0 or 1 (and no ``bounds`` other than (0, 1)): the beta-binomial score interval
       (:func:`~pytest_modal_eval.stats.intervals.beta_binomial_score`); with one rollout per
       example that is Wilson's interval of a proportion (``interval == "wilson"``).
-    - every reward within [0, 1] (partial credit), or ``bounds`` given (the range rewards can
-      take by construction, rescaled to [0, 1]): the clustered Wilson interval
+    - every reward within [0, 1] (or ``bounds``, the range rewards can take by construction,
+      rescaled to [0, 1]) and a whole number of 1 / c steps of it (partial credit, c checks per
+      rollout, c <= 32): the beta-binomial score interval over the r * c checks of each example
+      (``interval == "beta-binomial-checks"``).
+    - other rewards within [0, 1] or ``bounds``: the clustered Wilson interval
       (:func:`~pytest_modal_eval.stats.intervals.clustered_wilson`).
     - otherwise the range is unknown: a t interval clipped to the smallest and largest reward
       observed (``interval == "t-clipped"``).
@@ -325,6 +333,7 @@ def summarize(
         _check_finite("per_example", per_example.rewards)
         binary = _is_binary(per_example.rewards)
         lowest, highest = float(per_example.rewards.min()), float(per_example.rewards.max())
+        flat = per_example.rewards
     else:
         empty = [example_id for example_id, rewards in per_example.items() if len(rewards) == 0]
         if empty:
@@ -351,12 +360,19 @@ def summarize(
         if lowest < bounds[0] or highest > bounds[1]:
             raise ValueError(f"rewards [{lowest}, {highest}] lie outside bounds {bounds!r}")
         low, width = bounds[0], bounds[1] - bounds[0]
+        checks = None if binary else intervals.checks_of((np.asarray(flat) - low) / width)
         if binary and bounds == (0.0, 1.0):
             # An example's mean times its rollouts is its passes (exactly, for 0/1 rewards).
             passes = np.rint(means * counts).astype(np.int64)
             found = intervals.beta_binomial_score(passes, counts, confidence=confidence)
             single = most_rollouts == 1
             method = intervals.METHOD_WILSON if single else intervals.METHOD_BETA_BINOMIAL
+        elif checks is not None:
+            # Each rollout passed reward * c of c checks: an example, its passes of r * c.
+            trials = counts * checks
+            passes = np.rint((means - low) / width * trials).astype(np.int64)
+            found = intervals.beta_binomial_score(passes, trials, confidence=confidence)
+            method = intervals.METHOD_CHECKS
         else:
             found = intervals.clustered_wilson(
                 (means - low) / width, n_rollouts / n, confidence=confidence
@@ -403,6 +419,8 @@ class PairedComparison:
     alpha: float
     max_drop: float
     regressed: bool
+    # Two-sided level of diff_ci_low/high: 1 - 2 alpha (see diff_confidence).
+    confidence: float = 0.90
     solved_to_missed: list[str] = field(default_factory=list)
     missed_to_solved: list[str] = field(default_factory=list)
     only_in_baseline: int = 0
@@ -432,47 +450,52 @@ def _mcnemar_p(n_solved_to_missed: int, n_missed_to_solved: int) -> float:
     return float(special.bdtrc(n_solved_to_missed - 1, discordant, 0.5))
 
 
-def _paired_t(run: FloatArray, base: FloatArray, width: float) -> tuple[float, float, float]:
-    """One-sided p (H1: run < base) and the two-sided interval of mean(run - base), within
-    [-width, width] (``width``: the reward range's length)."""
+def _paired_t(
+    run: FloatArray, base: FloatArray, width: float, confidence: float
+) -> tuple[float, float, float]:
+    """One-sided p (H1: run < base) and the two-sided ``confidence`` interval of
+    mean(run - base), within [-width, width] (``width``: the reward range's length)."""
     diffs = run - base
     n = len(diffs)
     if n == 1:
         return math.nan, math.nan, math.nan
     if _is_constant(diffs):
-        return _uniform_shift(float(np.mean(diffs)), n, width)
+        return _uniform_shift(float(np.mean(diffs)), n, width, confidence)
     # The paired t statistic's lower tail is the one-sided p; the interval is two-sided.
     df = n - 1
     mean, stderr = float(np.mean(diffs)), _sem(diffs)
-    half = _t_quantile(DIFF_CONFIDENCE, df) * stderr
+    half = _t_quantile(confidence, df) * stderr
     low, high = max(mean - half, -width), min(mean + half, width)
     return float(special.stdtr(df, mean / stderr)), low, high
 
 
-def _uniform_shift(shift: float, n: int, width: float) -> tuple[float, float, float]:
+def _uniform_shift(
+    shift: float, n: int, width: float, confidence: float
+) -> tuple[float, float, float]:
     """One-sided p and two-sided interval of the mean difference when each of the ``n``
     differences is ``shift``, differences lying within [-width, width].
 
     The mean can be 0 or more only if some share of all examples differs from ``shift``, by at
     most up to ``width``: at least pi0 = -shift / (width - shift) of them. None of ``n`` doing
     so has probability (1 - pi0)^n, the exact binomial p. The share that may differ unseen is
-    at most 1 - (alpha / 2)^(1 / n), the Clopper-Pearson upper end for 0 of n; it may move to
+    at most 1 - ((1 - confidence) / 2)^(1 / n), the Clopper-Pearson upper end for 0 of n (at
+    confidence 1 - 2 alpha the interval leaves out 0 exactly when p < alpha); it may move to
     -width or to +width, which gives the interval's ends.
     """
     p = (width / (width - shift)) ** n if shift < 0.0 else 1.0
-    unseen = -math.expm1(math.log((1.0 - DIFF_CONFIDENCE) / 2) / n)
+    unseen = -math.expm1(math.log((1.0 - confidence) / 2) / n)
     low = shift - unseen * (shift + width)
     high = shift + unseen * (width - shift)
     return p, max(low, -width), min(high, width)
 
 
-def _tango_interval(down: int, up: int, n: int) -> tuple[float, float]:
+def _tango_interval(down: int, up: int, n: int, confidence: float) -> tuple[float, float]:
     """Tango's asymptotic score interval (Stat Med 1998;17:891) of the difference of paired
     proportions, run - baseline = (up - down) / n: ``down`` pairs went solved -> missed, ``up``
     missed -> solved. A difference delta is inside when (up - down - n delta)^2 <= z^2 n
     (2 q + delta (1 - delta)), q being the maximum-likelihood probability of a pair going down
     given delta. Within [-1, 1]; never of zero width."""
-    z2 = float(special.ndtri(0.5 + DIFF_CONFIDENCE / 2)) ** 2
+    z2 = float(special.ndtri(0.5 + confidence / 2)) ** 2
     same = n - down - up
 
     def inside(delta: float) -> bool:
@@ -496,6 +519,21 @@ def _tango_interval(down: int, up: int, n: int) -> tuple[float, float]:
         return found
 
     return end(-1.0), end(1.0)
+
+
+def _exact_paired_interval(down: int, up: int, n: int, confidence: float) -> tuple[float, float]:
+    """The difference (up - down) / n's interval by inverting the exact McNemar test: given the
+    d = down + up discordant pairs, the share going down has the Clopper-Pearson interval
+    [t_lo, t_hi] at ``confidence``, and the difference is (d / n)(1 - 2 t). Its upper end is
+    below 0 exactly when the exact one-sided p is below (1 - confidence) / 2."""
+    discordant = down + up
+    if discordant == 0:
+        return 0.0, 0.0
+    tail = (1.0 - confidence) / 2
+    share_low = float(special.betaincinv(down, up + 1, tail)) if down > 0 else 0.0
+    share_high = float(special.betaincinv(down + 1, up, 1.0 - tail)) if up > 0 else 1.0
+    scale = discordant / n
+    return scale * (1.0 - 2.0 * share_high), scale * (1.0 - 2.0 * share_low)
 
 
 def _sem(values: FloatArray) -> float:
@@ -560,11 +598,13 @@ def compare_paired(
     ``regressed`` is ``p_value < alpha and -diff > max_drop``: significant *and* larger than the
     drop you tolerate. An improvement (``diff >= 0``) never regresses.
 
-    ``diff_ci_low/high`` is a two-sided 95% interval of the mean paired difference within
+    ``diff_ci_low/high`` is a two-sided interval at 1 - 2 ``alpha`` (its upper end the
+    one-sided 1 - alpha bound the test decides by) of the mean paired difference within
     [-w, w], w the length of the rewards' range (``bounds``; else 1 when every example mean
     lies in [0, 1], else the span of the means seen, or the larger of 1 and their magnitude
-    when they are all one value): for McNemar, Tango's score interval of
-    the difference of paired proportions; for the t-test, its t interval clipped to [-w, w].
+    when they are all one value): for McNemar, Tango's score interval of the difference of
+    paired proportions, widened to hold the interval that inverts the exact test (so that it
+    lies below 0 exactly when p < alpha); for the t-test, its t interval clipped to [-w, w].
     When every difference is the same value d the t-test has no spread to use; then (exact
     binomial) p = (1 - pi0)^n when d < 0, pi0 = -d / (w - d) being the smallest share of
     examples that, differing by up to +w unseen, would make the mean difference 0, and p = 1
@@ -575,7 +615,10 @@ def compare_paired(
     ``bounds``, a ``*_binary_single`` side holds values other than 0/1, or
     ``alpha``/``max_drop`` are out of range.
     """
-    _check_probability("alpha", alpha)
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(
+            f"alpha must be strictly between 0 and 0.5 (a one-sided test), got {alpha!r}"
+        )
     if not (math.isfinite(max_drop) and max_drop >= 0.0):
         raise ValueError(f"max_drop must be a finite number >= 0, got {max_drop!r}")
     shared, base, new = ExampleMeans.of(baseline).paired_with(ExampleMeans.of(run))
@@ -599,13 +642,17 @@ def compare_paired(
     missed_to_solved = [str(shared[j]) for j in np.flatnonzero(~base_solved & new_solved).tolist()]
 
     width = _reward_width(base, new, bounds)
+    confidence = diff_confidence(alpha)
     if baseline_binary_single and run_binary_single:
         test = TEST_MCNEMAR
-        p_value = _mcnemar_p(len(solved_to_missed), len(missed_to_solved))
-        ci_low, ci_high = _tango_interval(len(solved_to_missed), len(missed_to_solved), len(shared))
+        down, up = len(solved_to_missed), len(missed_to_solved)
+        p_value = _mcnemar_p(down, up)
+        tango = _tango_interval(down, up, len(shared), confidence)
+        exact = _exact_paired_interval(down, up, len(shared), confidence)
+        ci_low, ci_high = min(tango[0], exact[0]), max(tango[1], exact[1])
     else:
         test = TEST_PAIRED_T
-        p_value, ci_low, ci_high = _paired_t(new, base, width)
+        p_value, ci_low, ci_high = _paired_t(new, base, width, confidence)
 
     diff = float(np.mean(new) - np.mean(base))
     if test == TEST_MCNEMAR:
@@ -632,6 +679,7 @@ def compare_paired(
         max_drop=max_drop,
         # NaN < alpha is False, so an undefined test (one shared example) never regresses.
         regressed=bool(p_value < alpha and -diff > max_drop),
+        confidence=confidence,
         solved_to_missed=solved_to_missed,
         missed_to_solved=missed_to_solved,
         only_in_baseline=len(baseline) - len(shared),

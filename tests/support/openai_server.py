@@ -6,8 +6,12 @@ questions: question q is answered right when hash(salt, q) < accuracy, so a run 
 reproducible and changing ``salt`` simulates sampling noise. ``models`` serves further models,
 each with its own settings over the top-level ones (``{"b": {"accuracy": 0.6}}``), so one
 server stands in for several models of different quality. ``fail_rate`` makes a
-deterministic fraction of questions answer HTTP 500 (``fail_first``: the first N requests).
+deterministic fraction of questions answer HTTP 500 (``fail_first``: the first N requests;
+``echo_auth``: the failure, and the model list, echo the request's ``Authorization`` header, as
+some gateways do).
 ``replies`` answers a question containing a given text with a fixed reply (a judge's verdict).
+With ``ask_system_question`` it plays a modeled user: it asks the "What is A + B?" question of
+its system prompt (the scenario a user-simulating ``Env`` gives it), unless ``replies`` answers.
 With ``call_tools`` it plays a model that
 uses tools: a request offering ``tools`` whose question ("What is the value of KEY?") has no
 tool result yet is answered with a call of the first tool, ``{"key": KEY}``; once the result is
@@ -53,6 +57,10 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "batch_step": 0.0,
     "batch_steps": 0,
     "hold_repeats": 0.0,  # seconds to hold a question asked before (a second rollout, ...)
+    "hold": False,  # hold every request while set (and its client stays connected)
+    # Hold every chat request after the first N (counted as chat_requests counts them) while
+    # its client stays connected; None: no limit.
+    "hold_after": None,
     "fail_repeats": False,  # answer 500 to a question asked before
     "right_when_seed_even": False,  # right answer exactly when the request's seed is even
     "salt_per_rollout": False,
@@ -63,7 +71,12 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "tool_loop": False,  # with call_tools: call the tool on every turn, never answer
     "hold_tool_results": 0.0,  # seconds to hold a request that carries a tool result
     "replies": {},  # text -> the reply to a question containing it (a judge's verdict, ...)
+    "ask_system_question": False,  # reply with the "What is A + B?" of the system prompt
     "fail_first": 0,  # answer fail_status to the first N chat requests
+    "fail_message": "injected failure",  # the error message of those answers
+    # A hostile gateway: a failure's message and headers, and the model list, echo the
+    # request's Authorization header.
+    "echo_auth": False,
 }
 
 
@@ -117,13 +130,30 @@ class FakeModel:
             if root is not None:
                 entry["root"] = root
             entries.append(entry)
+        if self.settings["echo_auth"]:  # a model list that names the caller's key
+            auth = request.headers.get("Authorization", "")
+            entries.append({"id": f"echo {auth}", "object": "model", "created": 0})
         return web.json_response({"object": "list", "data": entries})
 
-    async def chat(self, request: web.Request) -> web.Response:
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        """A chat completion; with ``"stream": true`` the same answer as server-sent events
+        (what verifiers' own harness programs ask for)."""
+        answer = await self.answer(request)
+        body = await request.json()
+        if not body.get("stream") or answer.status != 200 or not isinstance(answer, web.Response):
+            return answer
+        return await _stream(request, json.loads(answer.text or "{}"), body)
+
+    def _held(self, number: int) -> bool:
+        limit = self.settings["hold_after"]
+        return bool(self.settings["hold"]) or (limit is not None and number > int(limit))
+
+    async def answer(self, request: web.Request) -> web.Response:
         if (refused := self.unauthorized(request)) is not None:
             return refused
         body = await request.json()
         self.stats["chat_requests"] += 1
+        number = self.stats["chat_requests"]
         self.stats[f"chat_requests:{body.get('model')}"] += 1
         settings = self.settings_for(body.get("model"))
         if settings is None:
@@ -149,8 +179,14 @@ class FakeModel:
                 await asyncio.sleep(float(settings["delay"]))
             if settings["batch_step"]:
                 await _in_batches(float(settings["batch_step"]), settings["batch_steps"])
-            if settings["hold_repeats"] and self.by_question[question] > 1:
-                await _hold(request, float(settings["hold_repeats"]))
+            while self._held(number) and not _gone(request):
+                await asyncio.sleep(0.05)
+            if (
+                settings["hold_repeats"]
+                and self.by_question[question] > 1
+                and await _hold(request, float(settings["hold_repeats"]))
+            ):
+                return web.Response(status=499)
             repeat_fails = settings["fail_repeats"] and self.by_question[question] > 1
             early = self.stats["chat_requests"] <= int(settings["fail_first"])
             if (
@@ -159,14 +195,20 @@ class FakeModel:
                 or self.fraction("fail", question) < float(settings["fail_rate"])
             ):
                 self.stats["failed_requests"] += 1
-                return web.json_response(
-                    {"error": {"message": "injected failure", "type": "InternalServerError"}},
-                    status=int(settings["fail_status"]),
+                return _failure(
+                    request,
+                    int(settings["fail_status"]),
+                    settings["echo_auth"],
+                    str(settings["fail_message"]),
                 )
             reply = next((r for text, r in settings["replies"].items() if text in question), None)
             if reply is not None:
                 self.stats["completed_requests"] += 1
                 return web.json_response(_completion(body["model"], reply, "stop", 1))
+            asked = _system_question(body["messages"]) if settings["ask_system_question"] else None
+            if asked is not None:
+                self.stats["completed_requests"] += 1
+                return web.json_response(_completion(body["model"], asked, "stop", 1))
             if settings["call_tools"]:
                 return await self.tool_turn(request, body, question, settings)
             salt = str(settings["salt"])
@@ -201,7 +243,8 @@ class FakeModel:
         results = [m for m in messages[last_user:] if m["role"] == "tool"]
         if results and settings["hold_tool_results"]:
             self.stats["held_tool_results"] += 1
-            await _hold(request, float(settings["hold_tool_results"]))
+            if await _hold(request, float(settings["hold_tool_results"])):
+                return web.Response(status=499)
         tools = body.get("tools") or []
         key = LOOKUP.search(question)
         self.stats["completed_requests"] += 1
@@ -264,14 +307,55 @@ async def _in_batches(step: float, steps: int) -> None:
     await asyncio.sleep(joins + int(steps) * step - now)
 
 
-async def _hold(request: web.Request, seconds: float) -> None:
+def _gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
+async def _hold(request: web.Request, seconds: float) -> bool:
     """Sleep, but only while the client is still connected (aiohttp does not cancel a handler
-    whose client went away, and a held handler would delay the server's shutdown)."""
+    whose client went away, and a held handler would delay the server's shutdown). True when
+    the client went away: its request is abandoned, neither answered nor counted."""
     deadline = asyncio.get_running_loop().time() + seconds
     while asyncio.get_running_loop().time() < deadline:
-        if request.transport is None or request.transport.is_closing():
-            return
+        if _gone(request):
+            return True
         await asyncio.sleep(0.05)
+    return False
+
+
+def _failure(request: web.Request, status: int, echo_auth: bool, message: str) -> web.Response:
+    """An injected failure saying ``message``; with ``echo_auth``, as a careless gateway
+    answers: the request's ``Authorization`` header in the error message and in the response's
+    own headers."""
+    if not echo_auth:
+        return web.json_response(
+            {"error": {"message": message, "type": "InternalServerError"}},
+            status=status,
+        )
+    auth = request.headers.get("Authorization", "")
+    # The upstream's own error body, quoted as text: written by encoders that escape more
+    # than Python's (PHP: / as \/; Go: <, > and & as \u003c, \u003e, \u0026).
+    php = json.dumps(auth).replace("/", "\\/")
+    go = json.dumps(auth, ensure_ascii=False)
+    for char in "<>&":
+        go = go.replace(char, f"\\u{ord(char):04x}")
+    message = f"upstream refused Authorization: {auth} (upstream said {php}, then {go})"
+    return web.json_response(
+        {"error": {"message": message, "type": "Gateway"}},
+        status=status,
+        headers={"X-Echo-Authorization": auth, "WWW-Authenticate": f"Bearer realm={auth}"},
+    )
+
+
+def _system_question(messages: list[dict[str, Any]]) -> str | None:
+    """The first "What is A + B?" of the conversation's system messages, if any."""
+    for message in messages:
+        content = message.get("content")
+        if message.get("role") == "system" and isinstance(content, str):
+            found = ARITHMETIC.search(content)
+            if found is not None:
+                return found.group(0)
+    return None
 
 
 def _wrong(expected: str) -> str:
@@ -306,6 +390,32 @@ def _completion(
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": tokens, "total_tokens": 10 + tokens},
     }
+
+
+async def _stream(
+    request: web.Request, completion: dict[str, Any], body: dict[str, Any]
+) -> web.StreamResponse:
+    """``completion`` as OpenAI's chat-completion chunks: the message in one delta, then the
+    finish reason, then the usage when ``stream_options.include_usage`` asks for it."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    choice = completion["choices"][0]
+    delta = dict(choice["message"])
+    for index, call in enumerate(delta.get("tool_calls") or []):
+        call["index"] = index
+    base = {k: completion[k] for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+    ]
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**base, "choices": [], "usage": completion["usage"]})
+    for chunk in chunks:
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response
 
 
 def build_app(fake: FakeModel) -> web.Application:

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-import pytest_modal_eval
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.redact import redact_args
 from pytest_modal_eval.serving.chat_template import parse_log_line
@@ -36,6 +35,8 @@ if TYPE_CHECKING:
     from pytest_modal_eval.serving.modal.redirect_proxy import ProxyThread
 
 LOG_NAME = "modal_vllm.log"
+#: The directory holding this plugin's package (this file is its ``serving/modal/backend.py``).
+_PACKAGE_PARENT = Path(__file__).resolve().parents[3]
 PROXY_LOG_NAME = "proxy.log"
 APP_LOG_ENTRIES = 200
 
@@ -167,7 +168,7 @@ class ModalServer:
 
         url = self._deployed_url(spec)
 
-        from pytest_modal_eval.client.env_proxy import env_proxy
+        from pytest_modal_eval.serving.env_proxy import env_proxy
         from pytest_modal_eval.serving.modal.redirect_proxy import ProxySettings, ProxyThread
 
         settings = ProxySettings(
@@ -273,7 +274,7 @@ class ModalServer:
 
     def _deploy(self, spec: DeploySpec) -> None:
         name = spec.app_name()
-        package_root = str(Path(pytest_modal_eval.__file__).resolve().parent.parent)
+        package_root = str(_PACKAGE_PARENT)
         env = {
             **os.environ,
             **spec.to_env(),

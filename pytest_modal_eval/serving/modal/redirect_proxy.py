@@ -45,7 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from pytest_modal_eval.client.env_proxy import aiohttp_options, env_proxy
+from pytest_modal_eval.serving.env_proxy import aiohttp_options, env_proxy
 
 __all__ = [
     "LOG_ROUTE_HEADER",

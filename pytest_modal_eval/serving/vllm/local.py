@@ -6,6 +6,13 @@ API server is SIGKILLed those children live on (measured). So vLLM runs under a 
 
     pytest ── supervisor (group leader, new session) ── vLLM API server ── EngineCore ── Worker
 
+vLLM's output (stdout and stderr) reaches ``vllm.log`` through the supervisor, which replaces
+the secrets the session knows with ``[redacted]`` line by line as it copies them (vLLM prints
+its arguments, and its errors may quote its environment). The supervisor is told what to look
+for through its stdin, so no secret appears on a command line or in an environment it did not
+already have; it outlives pytest for as long as vLLM does, so the log stays redacted however
+pytest ends.
+
 The supervisor watches ``os.getppid()``: when pytest dies, however it dies, the supervisor is
 re-parented and then takes the whole group down (SIGTERM, grace, SIGKILL). Polling the parent
 pid is used instead of ``PR_SET_PDEATHSIG`` because that signal fires when the *thread* that
@@ -15,6 +22,8 @@ spawned the child exits, and servers are started from worker threads (the xdist 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
 import signal
@@ -26,9 +35,10 @@ from pathlib import Path
 import httpx
 
 from pytest_modal_eval.exceptions import ServingError
-from pytest_modal_eval.redact import redact_args
+from pytest_modal_eval.redact import Redactor, redact_args, secret_arg_values
 from pytest_modal_eval.serving.chat_template import load_fallback, resolve_for_model
-from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile, log_tail
+from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile
+from pytest_modal_eval.serving.preflight import error_cause, find_vllm, model_dir_problem
 from pytest_modal_eval.serving.vllm.command import vllm_args, vllm_command
 
 LOG_NAME = "vllm.log"
@@ -40,14 +50,39 @@ _POLL_S = 0.5
 # within seconds with this OSError.
 _BIND_ERRORS = ("Address already in use", "[Errno 98]")
 
-# Runs in the vLLM interpreter: stdlib only, argv = parent pid, grace seconds, command...
+# Runs in the vLLM interpreter: stdlib only, argv = parent pid, grace seconds, command...;
+# stdin = what to redact (Redactor.to_json()).
 _SUPERVISOR = r"""
-import os, signal, subprocess, sys, time
+import json, os, re, signal, subprocess, sys, threading, time
 
 parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 asked = []
 signal.signal(signal.SIGTERM, lambda *_: asked.append(True))
-child = subprocess.Popen(cmd)
+spec = json.loads(sys.stdin.buffer.read() or b"{}")
+forms, cores = spec.get("forms") or [], spec.get("cores")
+secret = re.compile("|".join(map(re.escape, forms))) if forms else None
+userinfo = re.compile(spec["userinfo"]) if spec.get("userinfo") else None
+hidden = spec.get("replacement", "[redacted]")
+child = subprocess.Popen(
+    cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+)
+
+
+def copy():
+    # vLLM's output to the log, line by line, without the secrets.
+    out = sys.stdout.buffer
+    for line in iter(child.stdout.readline, b""):
+        text = line.decode("utf-8", "surrogateescape")
+        if secret is not None and (cores is None or any(c in text for c in cores)):
+            text = secret.sub(hidden, text)
+        if userinfo is not None and "://" in text:
+            text = userinfo.sub(hidden + "@", text)
+        out.write(text.encode("utf-8", "surrogateescape"))
+        out.flush()
+
+
+copier = threading.Thread(target=copy, daemon=True)
+copier.start()
 
 
 def others():
@@ -93,6 +128,7 @@ if not settle(grace):
     send(signal.SIGKILL)
     settle(5.0)
 code = child.wait()
+copier.join(5.0)  # the rest of the output; the group is gone, so the pipe is at its end
 sys.exit(code if code >= 0 else 128 - code)
 """
 
@@ -138,8 +174,11 @@ class LocalVllmServer:
         served_model_name: str | None = None,
         port: int | None = None,  # first port to try; None = any free one
         stop_grace_s: float = STOP_GRACE_S,
+        redactor: Redactor | None = None,
     ) -> None:
+        """``redactor``: the secrets kept out of ``vllm.log`` (default: the environment's)."""
         self.profile = profile
+        self.redactor = redactor or Redactor.from_environ()
         self.logs_dir = Path(logs_dir)
         self.python = python
         self.served_model_name = served_model_name or profile.model
@@ -163,6 +202,7 @@ class LocalVllmServer:
         if self.endpoint is not None:
             return self.endpoint
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.preflight()
         choice = resolve_for_model(
             self.profile.model,
             load_fallback(self.profile.chat_template),
@@ -194,6 +234,17 @@ class LocalVllmServer:
             chat_template=choice.provenance,
         )
         return self.endpoint
+
+    def preflight(self) -> None:
+        """The checks that need no vLLM start: the model directory, and that the interpreter
+        imports vLLM. Each fails in one line, not after a start-up's worth of log."""
+        problem = model_dir_problem(self.profile.model)
+        if problem is not None:
+            raise ServingError(problem)
+        found = find_vllm(self.python)
+        if not found.ok:
+            raise ServingError(f"--backend local: {found.message()}")
+        self._note(f"{found.version} in {self.python}")
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -240,14 +291,15 @@ class LocalVllmServer:
                     self.stop()  # sweep engine processes a crashed API server left behind
                     if any(err in self._log_since(offset) for err in _BIND_ERRORS):
                         return False
-                    raise self._failure(f"vLLM exited with code {code} during startup")
+                    raise self._failure(f"vLLM exited with code {code} during startup", offset)
                 if self._ready(client, base):
                     return True
                 if time.monotonic() > deadline:
                     self.stop()
                     raise self._failure(
                         f"vLLM did not answer within startup_timeout="
-                        f"{self.profile.infra.startup_timeout}s"
+                        f"{self.profile.infra.startup_timeout}s",
+                        offset,
                     )
                 time.sleep(_POLL_S)
 
@@ -258,12 +310,14 @@ class LocalVllmServer:
         # readiness probe (and every client) fail with 401.
         env.pop("VLLM_API_KEY", None)
         self._note(f"$ {shlex.join(redact_args(cmd))}")
+        # The session's secrets, and those given to vLLM as flags (vLLM hides some of them).
+        secrets = Redactor([*self.redactor.values, *secret_arg_values(cmd)])
         supervised = [self.python, "-c", _SUPERVISOR, str(os.getpid()), str(self.stop_grace_s)]
         with self.log_path.open("ab") as log:
             try:
                 self._proc = subprocess.Popen(
                     [*supervised, *cmd],
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
@@ -271,6 +325,13 @@ class LocalVllmServer:
                 )
             except OSError as exc:
                 raise ServingError(f"cannot run the vLLM interpreter {self.python}: {exc}") from exc
+        stdin = self._proc.stdin
+        assert stdin is not None
+        # A supervisor that died before reading this is seen by the wait for vLLM, with its log.
+        with contextlib.suppress(BrokenPipeError):
+            stdin.write(json.dumps(secrets.to_json()).encode())
+        with contextlib.suppress(BrokenPipeError):
+            stdin.close()
 
     def _ready(self, client: httpx.Client, base: str) -> bool:
         try:
@@ -295,12 +356,17 @@ class LocalVllmServer:
 
     def _note(self, line: str) -> None:
         with self.log_path.open("a", encoding="utf-8") as fh:
-            fh.write(f"[pytest-modal-eval] {line}\n")
+            fh.write(f"[pytest-modal-eval] {self.redactor.text(line)}\n")
 
-    def _failure(self, what: str) -> ServingError:
+    def _failure(self, what: str, offset: int = 0) -> ServingError:
+        """The error for a failed start: its cause first (the last exception the launch
+        logged), then the tail of this launch's log only, then what to check."""
+        logged = self._log_since(offset)
+        cause = error_cause(logged)
+        tail = "\n".join(logged.splitlines()[-LOG_TAIL_LINES:]) or "(no log)"
         return ServingError(
-            f"{what}.\nLog: {self.log_path}\n"
-            f"--- last {LOG_TAIL_LINES} lines ---\n{log_tail(self.log_path)}\n---\n"
+            f"{what}{f': {cause}' if cause else ''}.\nLog: {self.log_path}\n"
+            f"--- last {LOG_TAIL_LINES} lines ---\n{tail}\n---\n"
             f"Check: that {self.python} has vLLM, that --model {self.profile.model} exists "
             f"(a directory, or a Hub id that is cached or reachable), and the vllm.* settings."
         )

@@ -21,7 +21,10 @@ Test-only controls:
   and each start record also carries its time (``t``), so a test sees which servers were up
   at once;
 - ``FAKE_VLLM_STARTUP_S``: seconds to wait before binding, like vLLM loading a model, which
-  widens the window in which concurrent benchmarks could start a second server.
+  widens the window in which concurrent benchmarks could start a second server;
+- ``FAKE_VLLM_PRINT_ENV``: names of environment variables (space-separated) whose values it
+  prints at start, with its full argv, on stdout and on stderr, as a server that logs its
+  settings or quotes them in an error would.
 """
 
 from __future__ import annotations
@@ -94,6 +97,10 @@ def main(argv: list[str]) -> int:
     args, _ignored = parse_args(argv)
     served = args.served_model_name[0] if args.served_model_name else args.model
     record_start(args, served, argv)
+    if names := os.environ.get("FAKE_VLLM_PRINT_ENV", "").split():
+        shown = " ".join(f"{name}={os.environ.get(name, '')}" for name in names)
+        print(f"fake vLLM: args {argv} env {shown}", flush=True)
+        print(f"fake vLLM: warning: settings {shown}", file=sys.stderr, flush=True)
     if args.fake_exit_code is not None:
         print(
             f"fake vLLM: ValueError: cannot load model {args.model!r} "

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from pytest_modal_eval.runs.evaluation import RunOutcome
-    from pytest_modal_eval.stats.summary import PairedComparison
+    from pytest_modal_eval.stats.summary import PairedComparison, RewardSummary
+
+
+class Scored(Protocol):
+    """What :func:`describe_score` reads: a run's outcome (``runs.outcome.RunOutcome``)."""
+
+    @property
+    def summary(self) -> RewardSummary | None: ...
+
 
 #: How many flipped example ids a message lists before "and N more".
 FLIPS_SHOWN = 20
@@ -39,7 +46,7 @@ def ci_label(confidence: float) -> str:
     return f"{confidence * 100:g}% CI"
 
 
-def describe_score(outcome: RunOutcome) -> str:
+def describe_score(outcome: Scored) -> str:
     """``0.712 ± 0.021 (95% CI [0.671, 0.753], clustered-wilson)``."""
     s = outcome.summary
     if s is None:
@@ -56,11 +63,10 @@ def describe_comparison(
     """A paired comparison in a few lines: means, difference with CI, p, what the test can
     detect, what flipped. ``before``/``after`` name the two sides (baseline and run, or the
     reference model and another)."""
-    from pytest_modal_eval.stats.summary import DIFF_CONFIDENCE
 
     lines = [
         f"{before} {fmt(c.baseline_mean)} -> {after} {fmt(c.run_mean)} over {c.n_shared} shared "
-        f"examples: diff {c.diff:+.3f} ({ci_label(DIFF_CONFIDENCE)} "
+        f"examples: diff {c.diff:+.3f} ({ci_label(c.confidence)} "
         f"[{fmt(c.diff_ci_low)}, {fmt(c.diff_ci_high)}]), "
         f"one-sided p = {fmt(c.p_value, 4)} ({c.test}; alpha {c.alpha:g}, "
         f"max_drop {c.max_drop:g}); {describe_detectable(c)}"

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pytest_modal_eval.report.format import (
+from pytest_modal_eval.runs.early_stop import (
+    BASELINE,
+    REFERENCE,
+    failure_reasons,
+    gated_thresholds,
+)
+from pytest_modal_eval.stats.format import (
     describe_comparison,
     describe_detectable,
     describe_score,
@@ -15,7 +21,7 @@ from pytest_modal_eval.report.format import (
 
 if TYPE_CHECKING:
     from pytest_modal_eval.config.schema import GateConfig
-    from pytest_modal_eval.runs.evaluation import RunOutcome
+    from pytest_modal_eval.runs.outcome import RunOutcome
     from pytest_modal_eval.stats.summary import PairedComparison
 
 
@@ -25,6 +31,27 @@ class ReferenceComparison:
 
     model: str  # the reference model
     comparison: PairedComparison
+    run_dir: str | None = None  # the reference's run
+    run_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison as ``metadata.json`` records it (``vs_reference``): the figures the
+        summary prints and the JUnit properties carry, with the reference's side named
+        ``reference_*`` rather than ``baseline_*``."""
+        from pytest_modal_eval.stats.power import POWER
+
+        figures = {
+            key.replace("baseline", "reference"): value
+            for key, value in self.comparison.to_dict().items()
+        }
+        return {
+            "reference_model": self.model,
+            "reference_run_id": self.run_id,
+            "reference_run_dir": self.run_dir,
+            **figures,
+            "diff_ci_level": self.comparison.confidence,
+            "detectable_drop_power": POWER,
+        }
 
 
 #: Warn when more than this share of rollouts hit max_tokens.
@@ -55,7 +82,33 @@ def undetectable_warning(c: PairedComparison, field: str) -> str | None:
     )
 
 
-def judge(
+def _below_thresholds(scored: Any, metrics: dict[str, float], gate: GateConfig) -> list[str]:
+    """Why ``scored``'s mean reward (its ``summary``) and ``metrics`` miss the gate's
+    thresholds (min_avg_reward, min_metrics); empty when they do not."""
+    reasons = []
+    summary = scored.summary
+    if gate.min_avg_reward is not None and summary.mean < gate.min_avg_reward:
+        reasons.append(
+            f"mean reward {describe_score(scored)} < gate.min_avg_reward "
+            f"{gate.min_avg_reward:g}{_unrounded(summary.mean, gate.min_avg_reward)}"
+        )
+    for metric, threshold in sorted(gate.min_metrics.items()):
+        value = metrics.get(metric)
+        if value is None:
+            known = ", ".join(sorted(metrics)) or "none"
+            reasons.append(
+                f"gate.min_metrics.{metric}: the environment reports no such metric "
+                f"(metrics: {known})"
+            )
+        elif value < threshold:
+            reasons.append(
+                f"metric {metric} = {fmt(value)} < gate.min_metrics.{metric} {threshold:g}"
+                f"{_unrounded(value, threshold)}"
+            )
+    return reasons
+
+
+def decide(
     outcome: RunOutcome,
     gate: GateConfig,
     comparison: PairedComparison | None = None,
@@ -64,7 +117,13 @@ def judge(
     """The gate's verdict on one item; ``comparison`` is against its stored baseline,
     ``reference`` against the reference model (failing it only with ``gate.vs_reference``)."""
     verdict = Verdict(passed=True)
-    if comparison is not None:
+    early = outcome.early_decision
+    # A comparison decided by early stop is judged by its sequence (its reason comes with the
+    # sequences' below), not by a test on the random subset that was evaluated.
+    decided_early = {
+        name for name in (BASELINE, REFERENCE) if early and early.regressed(name) is not None
+    }
+    if comparison is not None and BASELINE not in decided_early:
         if comparison.regressed:
             verdict.reasons.append(
                 "significant drop from the stored baseline: "
@@ -72,7 +131,7 @@ def judge(
             )
         elif (warning := undetectable_warning(comparison, "gate.max_drop")) is not None:
             verdict.warnings.append(f"baseline: {warning}")
-    if reference is not None and gate.vs_reference is not None:
+    if reference is not None and gate.vs_reference is not None and REFERENCE not in decided_early:
         c = reference.comparison
         if c.regressed:
             verdict.reasons.append(
@@ -90,28 +149,30 @@ def judge(
             f"{gate.max_error_rate:.1%}); first: example {min(outcome.errored)}: "
             f"{outcome.errored[min(outcome.errored)]}"
         )
+    plan = outcome.seat_plan
     if summary is None:
         verdict.reasons.append("no example was evaluated")
+    elif early is not None:
+        # Decided on a random subset by confidence sequences: their verdict, not the subset's
+        # means against the thresholds (see runs/early_stop.py for its error bound).
+        thresholds = gated_thresholds(gate.min_avg_reward, gate.min_metrics)
+        verdict.reasons += failure_reasons(early, thresholds)
     else:
-        if gate.min_avg_reward is not None and summary.mean < gate.min_avg_reward:
-            verdict.reasons.append(
-                f"mean reward {describe_score(outcome)} < gate.min_avg_reward "
-                f"{gate.min_avg_reward:g}{_unrounded(summary.mean, gate.min_avg_reward)}"
-            )
         metrics = {**outcome.metric_means, **{p.name: p.mean for p in outcome.pass_at_k}}
-        for metric, threshold in sorted(gate.min_metrics.items()):
-            value = metrics.get(metric)
-            if value is None:
-                known = ", ".join(sorted(metrics)) or "none"
-                verdict.reasons.append(
-                    f"gate.min_metrics.{metric}: the environment reports no such metric "
-                    f"(metrics: {known})"
-                )
-            elif value < threshold:
-                verdict.reasons.append(
-                    f"metric {metric} = {fmt(value)} < gate.min_metrics.{metric} {threshold:g}"
-                    f"{_unrounded(value, threshold)}"
-                )
+        # With several seats, the figures above are the headline seat's: say which.
+        prefix = f"seat {plan.headline}: " if plan.seats else ""
+        verdict.reasons += [prefix + r for r in _below_thresholds(outcome, metrics, gate)]
+    if summary is not None and early is None:
+        for seat in plan.gated():
+            figures = outcome.seats[seat]
+            if figures.summary is None:
+                continue
+            # pass@k is the headline seat's; the other seats are gated on their own metrics.
+            own = {k: v for k, v in gate.min_metrics.items() if "@" not in k}
+            reasons = _below_thresholds(
+                figures, figures.metric_means, gate.model_copy(update={"min_metrics": own})
+            )
+            verdict.reasons += [f"seat {seat}: {reason}" for reason in reasons]
     rollouts_total = (summary.n_examples * outcome.rollouts) if summary else 0
     if rollouts_total and outcome.truncated_rollouts / rollouts_total > TRUNCATION_WARN_SHARE:
         verdict.warnings.append(

@@ -1,1 +1,0 @@
-"""Judging a run: the gate's verdict and stored baselines."""

@@ -1,0 +1,52 @@
+"""What Ctrl-C leaves behind, said after pytest's "KeyboardInterrupt" block: the examples each
+interrupted run keeps and the command that continues it."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from pytest_modal_eval.terminal_text import escape
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_modal_eval.redact import Redactor
+    from pytest_modal_eval.runs.outcome import Interrupted
+
+
+def continue_command(config: pytest.Config) -> str:
+    """The command that continues the session: the same one (runs resume where they stopped)."""
+    return shlex.join(["pytest", *config.invocation_params.args])
+
+
+def kept_line(benchmark: str, model: str, stopped: Interrupted) -> str:
+    """``alpha (org/x): 43/200 examples kept in run ID``."""
+    kept = f"{stopped.kept}/{stopped.total}"
+    return f"{benchmark} ({model}): {kept} examples kept in run {stopped.run_id}"
+
+
+class InterruptNotice:
+    """Driven on the controller (and in-process) by its session: once pytest has reported the
+    interruption, one line per interrupted run, then how to continue.
+
+    ``lines`` is filled by the process that ran the interrupted item (``collect/item_run``);
+    under xdist that is a worker, whose lines do not reach here.
+    """
+
+    def __init__(self, config: pytest.Config, lines: list[str], redactor: Redactor) -> None:
+        self.config = config
+        self.lines = lines
+        self.redactor = redactor
+
+    def _write(self, reporter: pytest.TerminalReporter, line: str) -> None:
+        """As every other line the plugin prints: secrets redacted, control characters shown."""
+        reporter.write_line(escape(self.redactor.text(line)))
+
+    def write(self, reporter: pytest.TerminalReporter) -> None:
+        """After pytest's report of an interrupted session: the kept examples and the command."""
+        if not self.lines:
+            return
+        for line in self.lines:
+            self._write(reporter, line)
+        self._write(reporter, f"run the same command to continue: {continue_command(self.config)}")

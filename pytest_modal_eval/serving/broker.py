@@ -1,0 +1,149 @@
+"""The xdist broker: workers ask the controller's :class:`~.deployments.Deployments` for
+endpoints over HTTP on 127.0.0.1, so ``-n 4`` still deploys once.
+
+The controller runs :class:`Broker` (an aiohttp server on a thread) and hands each worker its
+address and a per-session token through ``workerinput``; a worker's :class:`BrokerClient`
+offers the same ``plan``, ``endpoint_for`` and ``finished`` as ``Deployments``, sending only
+JSON.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from pytest_modal_eval.config.backends import backend
+from pytest_modal_eval.exceptions import ServerStartError
+from pytest_modal_eval.serving.backends import endpoint_info_for_existing
+from pytest_modal_eval.serving.deployments import Deployments
+from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
+
+#: The ``workerinput`` key holding the broker's address and token.
+BROKER_INPUT_KEY = "modal_eval_broker"
+#: Header carrying the broker's per-session token.
+BROKER_TOKEN_HEADER = "X-Broker-Token"
+
+
+class Broker:
+    """Controller side: answers workers' ``POST /endpoint``, ``/plan`` and ``/finished`` from
+    :class:`Deployments`."""
+
+    def __init__(self, deployments: Deployments) -> None:
+        self.deployments = deployments
+        self.token = secrets.token_hex(16)
+        self.url = ""
+        self._loop: Any = None  # the broker thread's asyncio loop
+        self._thread: threading.Thread | None = None
+        self._runner: Any = None
+
+    def start(self) -> str:
+        import asyncio  # here: only an xdist controller runs a broker
+
+        from aiohttp import web
+
+        ready = threading.Event()
+
+        def authorised(request: web.Request) -> bool:
+            given = request.headers.get(BROKER_TOKEN_HEADER, "")
+            return secrets.compare_digest(given.encode(), self.token.encode())
+
+        async def endpoint(request: web.Request) -> web.Response:
+            if not authorised(request):
+                return web.json_response({"error": "forbidden"}, status=403)
+            payload = await request.json()
+            try:
+                info = await asyncio.to_thread(
+                    self.deployments.endpoint_for,
+                    ServerRequest(**payload["request"]),
+                    payload.get("holder"),
+                )
+            except Exception as exc:
+                return web.json_response({"error": str(exc)}, status=500)
+            return web.json_response(info.to_json())
+
+        async def plan(request: web.Request) -> web.Response:
+            if not authorised(request):
+                return web.json_response({"error": "forbidden"}, status=403)
+            self.deployments.plan(await request.json())
+            return web.json_response({})
+
+        async def finished(request: web.Request) -> web.Response:
+            if not authorised(request):
+                return web.json_response({"error": "forbidden"}, status=403)
+            payload = await request.json()
+            await asyncio.to_thread(self.deployments.finished, str(payload["holder"]))
+            return web.json_response({})
+
+        async def serve() -> None:
+            app = web.Application()
+            app.router.add_post("/endpoint", endpoint)
+            app.router.add_post("/plan", plan)
+            app.router.add_post("/finished", finished)
+            self._runner = web.AppRunner(app, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.url = f"http://127.0.0.1:{port}"
+            ready.set()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(serve())
+            self._loop.run_forever()
+            self._loop.run_until_complete(self._runner.cleanup())
+            self._loop.close()
+
+        self._thread = threading.Thread(target=run, name="modal-eval-broker", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        return self.url
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop = None
+
+
+class BrokerClient:
+    """Worker side: the same ``plan``, ``endpoint_for`` and ``finished`` as :class:`Deployments`,
+    over HTTP.
+
+    Nothing is cached: the controller may have stopped a server since the last answer.
+    Requests go straight to 127.0.0.1, never through an ``HTTP_PROXY`` from the environment:
+    the broker's token must not leave the machine.
+    """
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url, self.token = url, token
+
+    def _post(self, path: str, payload: Any) -> Any:
+        import httpx
+
+        # Deploys can take many minutes (cold starts, image builds): no short timeout.
+        response = httpx.post(
+            f"{self.url}{path}",
+            json=payload,
+            headers={BROKER_TOKEN_HEADER: self.token},
+            timeout=None,
+            trust_env=False,
+        )
+        if response.status_code != 200:
+            raise ServerStartError(response.json().get("error", response.text))
+        return response.json()
+
+    def plan(self, needs: Mapping[str, str]) -> None:
+        self._post("/plan", dict(needs))
+
+    def finished(self, nodeid: str) -> None:
+        self._post("/finished", {"holder": nodeid})
+
+    def endpoint_for(self, request: ServerRequest, holder: str | None = None) -> EndpointInfo:
+        if not backend(request.backend).starts_server:
+            return endpoint_info_for_existing(request)
+        data = self._post("/endpoint", {"request": asdict(request), "holder": holder})
+        return EndpointInfo.from_json(data)

@@ -1,0 +1,47 @@
+"""Backends are told apart by their spec's flags (config/backends.py), never by name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from pytest_modal_eval.config.backends import BACKENDS
+from pytest_modal_eval.serving.backends import SERVER_FACTORIES
+
+ROOT = Path(__file__).resolve().parent.parent / "pytest_modal_eval"
+
+
+def name_comparisons(source: str, names: set[str]) -> list[int]:
+    """Lines of ``source`` that compare something with a backend's name (``== "endpoint"``,
+    ``in ("modal", "local")``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in (node.left, *node.comparators):
+            consts = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            if any(isinstance(c, ast.Constant) and c.value in names for c in consts):
+                found.append(node.lineno)
+                break
+    return found
+
+
+def test_no_module_compares_a_backend_name() -> None:
+    names = set(BACKENDS)
+    found = [
+        f"{path.relative_to(ROOT.parent)}:{line}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for line in name_comparisons(path.read_text(), names)
+    ]
+    assert not found, "ask the BackendSpec (config/backends.py) instead:\n" + "\n".join(found)
+
+
+def test_a_name_comparison_is_found() -> None:
+    source = 'if request.backend == "endpoint":\n    pass\nok = b in ("modal", "x")\n'
+    assert name_comparisons(source, {"endpoint", "modal"}) == [1, 3]
+    assert name_comparisons('label = "endpoint"\n', {"endpoint"}) == []
+
+
+def test_every_backend_that_starts_a_server_can_build_one() -> None:
+    assert set(SERVER_FACTORIES) == {n for n, s in BACKENDS.items() if s.starts_server}
+    assert [s.name for s in BACKENDS.values() if s.takes_base_url] == ["endpoint"]

@@ -1,0 +1,135 @@
+"""The betting confidence sequence: known properties, checked on small populations."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pytest_modal_eval.runs.early_stop import EarlyStop, send_order
+from pytest_modal_eval.stats.confidence_sequence import BettingCS, paired_difference
+
+
+def _feed(values: np.ndarray, alpha: float = 0.1, population: int | None = None) -> BettingCS:
+    cs = BettingCS(alpha, population)
+    for value in values:
+        cs.update(float(value))
+    return cs
+
+
+def test_closes_on_the_exact_mean_when_the_whole_population_is_seen() -> None:
+    values = np.random.default_rng(1).random(300)
+    cs = _feed(values, population=300)
+    assert cs.lower == pytest.approx(values.mean()) and cs.upper == pytest.approx(values.mean())
+
+
+def test_intervals_only_narrow_and_contain_the_mean_along_the_way() -> None:
+    rng = np.random.default_rng(2)
+    values = (rng.random(500) < 0.3).astype(float)
+    cs = BettingCS(0.1, 500)
+    widths = []
+    for value in values:
+        cs.update(float(value))
+        assert cs.lower <= values.mean() <= cs.upper
+        widths.append(cs.upper - cs.lower)
+    assert all(b <= a for a, b in itertools.pairwise(widths))
+    assert widths[99] < 0.5 and widths[-1] == 0.0
+
+
+def test_mirror_invariance_x_to_one_minus_x() -> None:
+    values = np.random.default_rng(3).random(200)
+    cs, mirrored = _feed(values, population=1000), _feed(1 - values, population=1000)
+    assert cs.lower == pytest.approx(1 - mirrored.upper, abs=1e-3)
+    assert cs.upper == pytest.approx(1 - mirrored.lower, abs=1e-3)
+
+
+def test_a_smaller_alpha_gives_a_wider_interval() -> None:
+    values = np.random.default_rng(4).random(200)
+    narrow, wide = _feed(values, 0.2), _feed(values, 0.01)
+    assert wide.lower <= narrow.lower and wide.upper >= narrow.upper
+    assert wide.upper - wide.lower > narrow.upper - narrow.lower
+
+
+def test_without_replacement_is_narrower_than_with() -> None:
+    values = np.random.default_rng(5).random(400)
+    finite, infinite = _feed(values, population=500), _feed(values)
+    assert finite.upper - finite.lower < infinite.upper - infinite.lower
+
+
+def test_coverage_at_every_look_by_simulation() -> None:
+    """Misses at any look, over 100 shuffles of one skewed population: at most alpha (with
+    a binomial margin); a 90% fixed-n interval re-checked at every look misses far more
+    often."""
+    rng = np.random.default_rng(6)
+    population = (rng.random(200) < 0.15).astype(float)
+    mean, misses, naive_misses = population.mean(), 0, 0
+    for _ in range(100):
+        order = rng.permutation(population)
+        cs, missed = BettingCS(0.1, len(order)), False
+        for value in order:
+            cs.update(float(value))
+            missed |= not cs.lower <= mean <= cs.upper
+        misses += missed
+        running = np.cumsum(order) / np.arange(1, len(order) + 1)
+        se = np.sqrt(np.maximum(running * (1 - running), 1e-9) / np.arange(1, len(order) + 1))
+        naive_misses += bool(np.any(np.abs(running - mean)[9:] > 1.645 * se[9:]))
+    assert misses / 100 <= 0.1 + 0.05
+    assert naive_misses / 100 > 0.3
+
+
+def test_above_and_below_are_exact_at_a_threshold_off_the_grid() -> None:
+    threshold = 0.61234  # not a multiple of the grid's 1/2000
+    cs = BettingCS(0.1, 1000, [threshold])
+    assert threshold in cs.grid
+    assert not cs.above(threshold) and not cs.below(threshold)
+    for _ in range(40):
+        cs.update(1.0)
+    assert cs.above(threshold) and not cs.below(threshold) and cs.lower >= threshold
+    low = BettingCS(0.1, 1000, [threshold])
+    for _ in range(40):
+        low.update(0.0)
+    assert low.below(threshold) and not low.above(threshold) and low.upper <= threshold
+
+
+def test_rejects_values_outside_the_unit_interval() -> None:
+    cs = BettingCS(0.1, 10)
+    with pytest.raises(ValueError, match=r"got 1\.5"):
+        cs.update(1.5)
+    for _ in range(10):
+        cs.update(0.5)
+    with pytest.raises(ValueError, match="all 10 values"):
+        cs.update(0.5)
+
+
+def test_paired_difference_maps_back_to_the_difference_scale() -> None:
+    rng = np.random.default_rng(7)
+    run, base = rng.random(300), rng.random(300)
+    cs = BettingCS(0.1, 300)
+    for r, b in zip(run, base, strict=True):
+        cs.update(paired_difference(float(r), float(b)))
+    low, high = cs.difference_bounds()
+    assert low == pytest.approx((run - base).mean()) == pytest.approx(high)
+
+
+def test_send_order_is_a_permutation_fixed_by_the_run_key() -> None:
+    order = send_order(100, "ab" * 32)
+    assert sorted(order) == list(range(100)) and order != list(range(100))
+    assert send_order(100, "ab" * 32) == order and send_order(100, "cd" * 32) != order
+
+
+def test_examples_that_finish_out_of_turn_wait_for_theirs() -> None:
+    early = EarlyStop([2, 0, 1], [10, 11, 12], {"avg_reward": 0.5}, 0.05)
+    # Turns: example 12 (position 2), then 10, then 11.
+    early.finished(10, {"avg_reward": 1.0})  # turn 1: waits for example 12 (turn 0)
+    assert early.taken == 0
+    early.finished(12, {"avg_reward": 1.0})
+    assert early.taken == 2
+    early.finished(11, None)  # errored: leaves the population
+    assert early.sequences["avg_reward"].population == 2
+
+
+def test_a_value_outside_zero_one_turns_early_stop_off_with_a_reason() -> None:
+    early = EarlyStop([0, 1], [0, 1], {"avg_reward": 0.5}, 0.05)
+    early.finished(0, {"avg_reward": 2.0})
+    assert not early.decided and early.off is not None and "not in [0, 1]" in early.off

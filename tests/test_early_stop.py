@@ -1,0 +1,249 @@
+"""gate.early_stop end to end: a 1,000-example file-qa benchmark against the test endpoint
+(real HTTP on 127.0.0.1) at known accuracy, and the confidence sequence it stops on."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+
+from pytest_modal_eval.runs.paths import RunPaths, read_listing
+from tests.conftest import BenchmarkProject
+from tests.test_deployments import LocalRuns, local  # noqa: F401 (the fixture)
+
+N = 1000
+GATE = "gate: {min_avg_reward: 0.6, early_stop: true}"
+
+
+def _run(project: BenchmarkProject, accuracy: float, *extra: str) -> pytest.RunResult:
+    project.server.configure(accuracy=accuracy)
+    return project.run("--junitxml=report.xml", *extra)
+
+
+def _props(project: BenchmarkProject) -> dict[str, str]:
+    return {
+        p.get("name", ""): p.get("value", "")
+        for p in ET.parse(project.pytester.path / "report.xml").iter("property")
+    }
+
+
+def _metadata(project: BenchmarkProject) -> dict[str, object]:
+    (run_dir,) = project.run_dirs("big")
+    data: dict[str, object] = json.loads((run_dir / "metadata.json").read_text())
+    return data
+
+
+def test_far_above_passes_after_a_small_share_and_says_so(project: BenchmarkProject) -> None:
+    project.add("big", n=N, gate=GATE)
+    result = _run(project, 0.95)
+    result.assert_outcomes(passed=1)
+    early = _metadata(project)["early_stop"]
+    assert isinstance(early, dict) and early["decided"] and early["verdict"] == "pass"
+    assert early["decided_after"] < 0.15 * N
+    assert early["evaluated"] < 0.3 * N  # with the examples in flight when it was decided
+    low, high = early["intervals"]["avg_reward"]
+    assert 0.6 <= low < high
+    props = _props(project)
+    assert props["early_stop_verdict"] == "pass"
+    assert (
+        props["early_stop"]
+        == f"decided after {early['decided_after']:,} of 1,000 examples (early stop)"
+    )
+    result.stdout.fnmatch_lines(
+        ["*note: decided after * of 1,000 examples (early stop): PASS decided by*random subset*"]
+    )
+    (run_dir,) = project.run_dirs("big")
+    listing = read_listing(RunPaths(run_dir))
+    assert listing.state_text == f"stopped early {early['evaluated']:,} of 1,000"
+    report = (project.pytester.path / "outputs" / "evals" / "report.html").read_text()
+    assert early["summary"] in report
+
+
+def test_far_below_fails_as_early_with_the_deciding_interval(project: BenchmarkProject) -> None:
+    project.add("big", n=N, gate="gate: {min_avg_reward: 0.6}")
+    result = _run(project, 0.25, "--early-stop")  # the switch, for a YAML without early_stop
+    result.assert_outcomes(failed=1)
+    early = _metadata(project)["early_stop"]
+    assert isinstance(early, dict) and early["verdict"] == "fail"
+    assert early["decided_after"] < 0.15 * N
+    low, high = early["intervals"]["avg_reward"]
+    assert low < high < 0.6
+    result.stdout.fnmatch_lines(
+        [
+            "*mean reward is below gate.min_avg_reward 0.6: its 90.0% confidence sequence*"
+            "lies entirely below it, decided after*(early stop)*"
+        ]
+    )
+
+
+def test_near_the_threshold_runs_to_the_end(project: BenchmarkProject) -> None:
+    # The full-run mean is 0.602. The send order depends on the endpoint's URL (its port), so
+    # it differs between sessions; at alpha 0.05 about 6% of orders decide before 90% of the
+    # examples (a simulation over 300 orders; 3.7% wrongly). At alpha 0.001 none of 300 did.
+    project.add("big", n=N, gate="gate: {min_avg_reward: 0.6, early_stop: true, alpha: 0.001}")
+    result = _run(project, 0.6)
+    early = _metadata(project)["early_stop"]
+    assert isinstance(early, dict) and early["decided"] is False, early
+    assert _metadata(project)["n_evaluated"] == N
+    assert project.server.stats()["chat_requests"] == N
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+
+
+def test_a_run_without_early_stop_sends_only_the_rest(project: BenchmarkProject) -> None:
+    project.add("big", n=N, gate=GATE)
+    _run(project, 0.95).assert_outcomes(passed=1)
+    first = project.server.stats()["chat_requests"]
+    (run_dir,) = project.run_dirs("big")
+    project.server.reset()
+    result = _run(project, 0.95, "--no-early-stop")
+    result.assert_outcomes(passed=1)
+    assert project.run_dirs("big") == [run_dir]  # the same run goes on
+    assert project.server.stats()["chat_requests"] == N - first
+    metadata = _metadata(project)
+    assert metadata["n_evaluated"] == N and metadata["early_stop"] is None
+
+
+def _newest_metadata(project: BenchmarkProject, name: str = "big") -> dict[str, Any]:
+    run_dir = project.run_dirs(name)[-1]  # run ids begin with their start time
+    data: dict[str, Any] = json.loads((run_dir / "metadata.json").read_text())
+    return data
+
+
+#: Fewer examples in flight when the gate is decided: a 200-example benchmark shows the saving.
+FEW_IN_FLIGHT = ("--override", "eval.max_concurrent=8")
+
+
+def _with_baseline(project: BenchmarkProject, n: int, baseline: float) -> None:
+    """A benchmark whose stored baseline was recorded at accuracy ``baseline``."""
+    project.add("big", n=n, gate="gate: {min_avg_reward: 0.1, early_stop: true}")
+    project.server.configure(accuracy=baseline)
+    project.run("--snapshot-update").assert_outcomes(passed=1)
+    project.server.reset()
+
+
+def test_far_below_its_baseline_fails_early_on_the_paired_difference(
+    project: BenchmarkProject,
+) -> None:
+    _with_baseline(project, 200, 0.95)
+    # Far above min_avg_reward: only the comparison can fail it.
+    result = _run(project, 0.5, "--eval-fresh", *FEW_IN_FLIGHT)
+    result.assert_outcomes(failed=1)
+    early = _newest_metadata(project)["early_stop"]
+    assert early["decided"] and early["verdict"] == "fail", early
+    assert early["deciding"] == "vs_baseline"
+    assert project.server.stats()["chat_requests"] < 0.5 * 200
+    compared = early["comparisons"]["vs_baseline"]
+    assert compared["regressed"] is True
+    low, high = compared["diff_interval"]
+    assert low < high < 0.0
+    result.stdout.fnmatch_lines(
+        [
+            "*significant drop from the stored baseline evals/__baselines__/big.json: the "
+            "*confidence sequence of the mean difference * lies entirely below "
+            "-gate.max_drop 0, decided after * of 200 examples (early stop)*"
+        ]
+    )
+
+
+def test_far_above_its_baseline_passes_early(project: BenchmarkProject) -> None:
+    _with_baseline(project, 200, 0.3)
+    result = _run(project, 0.95, "--eval-fresh", *FEW_IN_FLIGHT)
+    result.assert_outcomes(passed=1)
+    early = _newest_metadata(project)["early_stop"]
+    assert early["decided"] and early["verdict"] == "pass", early
+    assert early["comparisons"]["vs_baseline"]["regressed"] is False
+    assert early["comparisons"]["vs_baseline"]["diff_interval"][0] >= 0.0
+    assert project.server.stats()["chat_requests"] < 0.5 * 200
+    result.stdout.fnmatch_lines(
+        ["*difference from the stored baseline * in [[]+*: no regression*random subset*"]
+    )
+
+
+def test_equal_to_its_baseline_runs_to_the_end(project: BenchmarkProject) -> None:
+    # The same answers as the baseline's: the difference is 0 on every example, and a drop
+    # of more than gate.max_drop 0 is ruled out only by the last one.
+    _with_baseline(project, 200, 0.95)
+    result = _run(project, 0.95, "--eval-fresh")
+    result.assert_outcomes(passed=1)
+    assert project.server.stats()["chat_requests"] == 200
+    assert _newest_metadata(project)["n_evaluated"] == 200
+
+
+def _two_models(project: BenchmarkProject, challenger: float) -> None:
+    """A 400-example benchmark gated against the reference model (answering right 90% of the
+    time), and model-b answering right ``challenger`` of the time (other questions)."""
+    gate = "gate: {min_avg_reward: 0.1, early_stop: true, vs_reference: {max_drop: 0.0}}"
+    project.add("big", n=400, gate=gate)
+    models = {"model-b": {"accuracy": challenger, "salt": "b"}}
+    project.server.configure(accuracy=0.9, models=models)
+
+
+def test_the_reference_comparison_stops_early_once_the_reference_finished(
+    project: BenchmarkProject,
+) -> None:
+    _two_models(project, 0.3)
+    result = project.run("--model", "model-b", "--junitxml=report.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    reference = _newest_metadata(project)
+    # The reference runs to the end: the other models are compared with all of it.
+    assert reference["n_evaluated"] == 400
+    assert "the session's other models are compared with this one" in str(reference["early_stop"])
+    early = _challenger(project)["early_stop"]
+    assert early["decided"] and early["deciding"] == "vs_reference", early
+    assert early["evaluated"] < 0.5 * 400
+    assert early["comparisons"]["vs_reference"]["regressed"] is True
+    result.stdout.fnmatch_lines(["*significant drop from the reference model test-model*"])
+
+
+def _challenger(project: BenchmarkProject) -> dict[str, Any]:
+    runs = project.pytester.path / "outputs" / "evals" / "big--default--model-b"
+    (metadata,) = runs.glob("*/metadata.json")
+    data: dict[str, Any] = json.loads(metadata.read_text())
+    return data
+
+
+def test_a_deselected_reference_leaves_the_thresholds_to_decide(
+    project: BenchmarkProject,
+) -> None:
+    _two_models(project, 0.9)
+    # The challenger alone: no comparison can be made (the gate fails for want of it), so
+    # none is waited for and the minimum decides.
+    alone = project.run("--model", "model-b", "-k", "model-b")
+    alone.assert_outcomes(failed=1)
+    early = _challenger(project)["early_stop"]
+    assert early["decided"] and early["comparisons"] == {}, early
+    assert early["evaluated"] < 0.5 * 400
+
+
+def test_a_run_stopped_early_is_decided_again_without_the_endpoint(
+    project: BenchmarkProject,
+) -> None:
+    project.add("big", n=N, gate=GATE)
+    _run(project, 0.95).assert_outcomes(passed=1)
+    first = _metadata(project)["early_stop"]
+    project.server.reset()
+    again = _run(project, 0.95)
+    again.assert_outcomes(passed=1)
+    stats = project.server.stats()
+    # Only which model the endpoint serves is asked (the run's key names it), as for a run
+    # with every example finished; no example is sent.
+    assert stats.get("chat_requests", 0) == 0 and stats.get("models_requests", 0) == 1, stats
+    again.stdout.fnmatch_lines(
+        ["*stopped early with the gate decided (gate.early_stop): nothing to send*"]
+    )
+    early = _metadata(project)["early_stop"]
+    assert isinstance(early, dict) and isinstance(first, dict)
+    assert early["decided_after"] == first["decided_after"] and early["verdict"] == "pass"
+
+
+def test_a_run_stopped_early_starts_no_local_server_again(local: LocalRuns) -> None:  # noqa: F811
+    local.project.add("big", n=100, gate=GATE)
+    # The fake vLLM answers every example right.
+    local.run(*FEW_IN_FLIGHT).assert_outcomes(passed=1)
+    assert len(local.started()) == 1
+    again = local.run(*FEW_IN_FLIGHT)
+    again.assert_outcomes(passed=1)
+    assert len(local.started()) == 1
+    again.stdout.fnmatch_lines(["*stopped early with the gate decided*no server was started*"])

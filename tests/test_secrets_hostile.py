@@ -1,0 +1,196 @@
+"""Secrets against outputs pytest and the command line make outside test reports: warnings,
+``--override`` values, a model that says the key, the ``show`` command."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_modal_eval.config.overrides import parse_override
+from pytest_modal_eval.exceptions import OptionError
+from tests.conftest import BenchmarkProject, read_jsonl
+from tests.test_resume import start_pytest
+
+KEY = "sk-hostile-MARKhostile-7f3a"
+
+
+def _leaks(project: BenchmarkProject, out: str) -> list[str]:
+    root = project.pytester.path
+    places = [
+        (p.relative_to(root).as_posix(), p.read_bytes())
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_relative_to(project.evals) and p.suffix != ".py"
+    ]
+    places.append(("terminal", out.encode()))
+    return [name for name, data in places if b"MARKhostile" in data]
+
+
+WORKERS = pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process", "xdist"])
+
+
+def _session(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch, args: list[str], **files: str
+) -> str:
+    """The output of a session with the key in ``OPENAI_API_KEY`` and ``files`` (Python
+    modules by name) beside a small benchmark."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    project.add("alpha", n=2)
+    project.pytester.makepyfile(**files)
+    result = project.run_subprocess(*args)
+    return "\n".join(result.outlines + result.errlines)
+
+
+@WORKERS
+def test_a_warning_holding_the_key_is_redacted_in_the_summary(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch, workers: list[str]
+) -> None:
+    warns = """
+        import os, warnings
+
+        def test_gateway_warns():
+            warnings.warn(f"gateway answered for {os.environ['OPENAI_API_KEY']}")
+        """
+    out = _session(
+        project, monkeypatch, ["-rA", "-W", "always::UserWarning", *workers], test_warns=warns
+    )
+    assert "warnings summary" in out and "gateway answered for [redacted]" in out, out
+    assert _leaks(project, out) == []
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"env_args.api_key={KEY}",
+        f"env_args.judge.api_key={KEY}",
+        f"env_args.judge={{model: j, api_key: {KEY}}}",
+        f"env_args.judge_base_url=https://bob:{KEY}@judge.example/v1",
+        f"vllm.extra_args=[--api-key, {KEY}]",
+        f"vllm.extra_args=[--hf-token={KEY}]",
+        f"env_args.api_key=[{KEY}",  # not valid YAML: the error must not quote it either
+    ],
+)
+def test_a_secret_override_is_refused_without_echo(override: str) -> None:
+    with pytest.raises(OptionError, match="not accepted on the command line") as info:
+        parse_override(override)
+    assert "MARKhostile" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["env_args.judge.api_key_var=ACME_KEY", "vllm.extra_args=[--max-model-len, '4096']"],
+)
+def test_settings_that_name_a_secret_are_accepted(override: str) -> None:
+    assert parse_override(override)[0] == override.partition("=")[0]
+
+
+def test_a_secret_override_stops_the_session_without_echo(project: BenchmarkProject) -> None:
+    project.add("alpha", n=2)
+    result = project.run("--override", f"env_args.api_key={KEY}")
+    out = "\n".join(result.outlines + result.errlines)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert "--override env_args.api_key: secrets are not accepted" in out, out
+    assert project.server.stats().get("chat_requests", 0) == 0
+    assert _leaks(project, out) == []
+
+
+def test_a_model_that_says_the_key(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    project.server.configure(replies={"What is": f"my key is {KEY}"}, require_key=KEY)
+    project.add("alpha", n=2)
+    result = project.run("-v")
+    out = "\n".join(result.outlines + result.errlines)
+    [run_dir] = project.run_dirs("alpha")
+    shown = project.pytester.run("pytest-modal-eval", "show", str(run_dir))
+    out += "\n".join(shown.outlines + shown.errlines)
+    assert "my key is [redacted]" in out, out
+    assert _leaks(project, out) == []
+
+
+@WORKERS
+def test_an_internal_error_holding_the_key_is_redacted(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch, workers: list[str]
+) -> None:
+    conftest = """
+        import os
+
+        def pytest_collection_modifyitems(items):
+            raise RuntimeError(f"gateway said {os.environ['OPENAI_API_KEY']}")
+        """
+    out = _session(project, monkeypatch, workers, conftest=conftest)
+    assert "INTERNALERROR" in out and "gateway said [redacted]" in out, out
+    assert _leaks(project, out) == []
+
+
+def test_the_interrupt_notice_is_redacted_and_escaped() -> None:
+    """The lines Ctrl-C leaves behind pass the redactor and the terminal escape, as every
+    other line the plugin prints."""
+    from pytest_modal_eval.redact import Redactor
+    from pytest_modal_eval.report.interrupted import InterruptNotice
+
+    written: list[str] = []
+
+    class Reporter:
+        def write_line(self, line: str) -> None:
+            written.append(line)
+
+    secret = "sk-interrupt-SECRET-0123456789"
+    notice = InterruptNotice(None, [], Redactor([secret]))  # type: ignore[arg-type]
+    notice._write(Reporter(), f"alpha (\x1b]52;c;aGk=\x07m): {secret}")  # type: ignore[arg-type]
+    (line,) = written
+    assert secret not in line and "[redacted]" in line
+    assert "\x1b" not in line and "\x07" not in line
+
+
+def test_answers_journaled_before_a_kill_hold_no_key(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model says the key in every answer; each example's second rollout is held, so its
+    first answer waits in ``answers.journal`` when pytest is killed. The journal holds it
+    redacted, and the resumed run replays it instead of asking again."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    project.server.configure(
+        replies={"What is": f"my key is {KEY}"}, require_key=KEY, hold_repeats=600
+    )
+    project.add("alpha", n=4, extra_yaml="eval: {max_concurrent: 2, rollouts: 2}\n")
+    process = start_pytest(project)
+    try:
+        journal = wait_for_journal(project, "alpha")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+    answered = project.server.stats()["completed_requests"]
+    stored = journal.read_bytes()
+    assert stored.count(b"my key is [redacted]") == answered >= 2, stored
+    assert b"MARKhostile" not in stored
+
+    project.server.configure(hold_repeats=0.0, reset_stats=True)
+    result = project.run()
+    out = "\n".join(result.outlines + result.errlines)
+    assert f"{answered} answers received before the interruption reused" in out, out
+    assert project.server.stats()["chat_requests"] == 2 * 4 - answered
+    [run_dir] = project.run_dirs("alpha")
+    completions = json.dumps([r["completion"] for r in read_jsonl(run_dir / "results.jsonl")])
+    assert completions.count("my key is [redacted]") == 2 * 4, completions
+    assert _leaks(project, out) == []
+
+
+def wait_for_journal(project: BenchmarkProject, name: str) -> Path:
+    """``name``'s answer journal once every request slot is held and every answer the server
+    sent is in it."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        stats = project.server.stats()
+        for run in project.run_dirs(name):
+            journal = run / "answers.journal"
+            held, sent = stats.get("in_flight", 0), stats.get("completed_requests", 0)
+            # Each record starts with its JSON header line, {"example": ...}.
+            if held == 2 and journal.exists() and journal.read_bytes().count(b'{"ex') == sent:
+                return journal
+        time.sleep(0.05)
+    raise AssertionError(f"no answer was journaled: {project.server.stats()}")
