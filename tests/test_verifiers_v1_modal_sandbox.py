@@ -65,6 +65,16 @@ def running_sandboxes(root: Path) -> list[str]:
     return left
 
 
+def left_running(root: Path, grace: float = 10.0) -> list[str]:
+    """Stand-in sandboxes still running ``grace`` seconds from now. A process killed as its
+    sandbox ended, and the supervisor that has just written ``ended``, take a moment to exit;
+    a sandbox left running does not."""
+    deadline = time.monotonic() + grace
+    while (left := running_sandboxes(root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def ended(root: Path) -> dict[str, str]:
     return {
         box.name: (box / "ended").read_text() if (box / "ended").exists() else ""
@@ -103,7 +113,7 @@ def fake_modal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleT
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "modal.config", module.config)
     yield module, root
-    assert running_sandboxes(root) == []
+    assert left_running(root) == []
 
 
 def test_modal_runtime_gives_the_rewards_of_subprocess_one_sandbox_per_rollout(
@@ -265,15 +275,12 @@ def test_no_sandbox_is_left_after_pytest_is_stopped(
         fake_server.configure(hold=False)
     if how == "SIGINT":
         assert process.returncode != 0, output[-2000:]
-        assert running_sandboxes(root) == [], output[-2000:]
+        assert left_running(root) == [], output[-2000:]
         assert set(ended(root).values()) == {"terminated"}
         return
     # Nothing in pytest ran; the lease (the sandbox's main command) ends each sandbox.
     assert process.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + lease + 10
-    while running_sandboxes(root) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert running_sandboxes(root) == []
+    assert left_running(root, grace=lease + 10) == []
     assert set(ended(root).values()) <= {"main command exited", "idle_timeout"}
 
 
@@ -338,7 +345,7 @@ def test_an_exception_out_of_the_run_terminates_every_sandbox(
         )
     assert len(ended(root)) >= 2
     assert set(ended(root).values()) == {"terminated"}
-    assert running_sandboxes(root) == []
+    assert left_running(root) == []
 
 
 def test_what_the_runtime_and_the_stand_in_use_is_in_the_real_modal_sdk(

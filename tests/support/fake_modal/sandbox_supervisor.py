@@ -64,11 +64,18 @@ def main() -> None:
             reason = "idle_timeout"
         elif (box / "terminate").exists():
             reason = "terminated"
-    for pid in [main_command.pid, *(int(p.name) for p in (box / "execs").iterdir())]:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
+    kill_all(box, main_command.pid)
     main_command.wait()
     (box / "ended").write_text(reason)
+    # A command registered while the first sweep ran: the second sweep ends it, and one
+    # registered after this sees ``ended`` and ends itself (Sandbox.exec in the stand-in).
+    kill_all(box, main_command.pid)
+
+
+def kill_all(box: Path, main_pid: int) -> None:
+    for pid in [main_pid, *(int(p.name) for p in (box / "execs").iterdir())]:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

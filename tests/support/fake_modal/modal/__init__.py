@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -238,6 +239,12 @@ class Sandbox:
         )
         (self._box / "execs" / str(process.pid)).touch()
         self._processes.append(process)
+        if (self._box / "ended").exists():
+            # The sandbox ended between the check above and now: as on Modal, nothing runs.
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            raise RuntimeError(f"Sandbox {self.object_id} has finished")
         return ContainerProcess(process, self._box, text)
 
     async def _poll(self) -> int | None:
