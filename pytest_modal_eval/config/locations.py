@@ -6,6 +6,7 @@ pytest or pydantic).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -29,5 +30,12 @@ def output_dir_from(
 
 
 def vllm_python_from(option: str | None, ini: str | None, environ: Mapping[str, str]) -> str:
-    """--vllm-python, else $MODAL_EVAL_VLLM_PYTHON, else the ini key; "" for this interpreter."""
+    """--vllm-python, else $MODAL_EVAL_VLLM_PYTHON, else the ini key; "" when none names one
+    (then :func:`vllm_interpreter` runs vLLM with this interpreter). The one rule, for the
+    plugin and ``doctor``."""
     return option or environ.get("MODAL_EVAL_VLLM_PYTHON") or ini or ""
+
+
+def vllm_interpreter(named: str) -> str:
+    """The interpreter that runs vLLM: the one :func:`vllm_python_from` found, else this one."""
+    return named or sys.executable

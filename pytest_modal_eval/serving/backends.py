@@ -12,13 +12,13 @@ xdist), once per server profile per session.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval.config.backends import BACKENDS, backend
+from pytest_modal_eval.config.locations import vllm_interpreter
 from pytest_modal_eval.config.options import Settings
 from pytest_modal_eval.serving.endpoint import (
     Endpoint,
@@ -42,7 +42,7 @@ def _local_server(
 ) -> Server:
     from pytest_modal_eval.serving.vllm.local import LocalVllmServer
 
-    python = settings.vllm_python or sys.executable
+    python = vllm_interpreter(settings.vllm_python)
     return LocalVllmServer(
         profile, logs_dir=logs, python=python, served_model_name=name, redactor=redactor
     )
