@@ -173,7 +173,15 @@ def _check_comparison_view(page: Any, runs: dict[str, Path]) -> None:  # noqa: F
         assert [_number(ci, "data-low"), _number(ci, "data-high")] == [
             figures["diff_ci_low"], figures["diff_ci_high"],
         ]  # fmt: skip
+        # Its level, as the terminal and `compare` print it (90% with alpha 0.05), never
+        # the rewards' 95%.
+        assert ci.inner_text().endswith(f" ({100 * figures['diff_ci_level']:g}%)")
         assert _number(row.locator("td[data-field=p_value]")) == figures["p_value"]
+        # Whether the test finds the model worse: `compare` says "FAIL: significant drop"
+        # for the same runs exactly when this says yes.
+        assert row.locator("td[data-field=regressed]").inner_text() == (
+            "yes" if figures["regressed"] else "no"
+        )
         assert row.locator("td[data-field=test]").inner_text() == figures["test"]
         assert int(row.locator("td[data-field=lost]").inner_text()) == len(
             figures["solved_to_missed"]
@@ -231,6 +239,18 @@ def test_comparison_of_three_models(project: BenchmarkProject, page: Any, tmp_pa
     page.goto(out.as_uri())
     page.wait_for_selector("body[data-ready='1']")
     _check_comparison_view(page, runs)
+
+    # The last column is each model's own gate, not the comparison's: a model significantly
+    # worse than the reference passes a gate that has no vs_reference section.
+    headers = page.locator("#comparison table.side-by-side thead th").all_inner_texts()
+    assert headers[-1] == "gate verdict" and "significantly worse" in headers
+    # `compare` on the stored runs judges each model as the page does.
+    for model in MODELS[1:]:
+        regressed = json.loads((runs[model] / "metadata.json").read_text())["vs_reference"][
+            "regressed"
+        ]
+        result = CliRunner().invoke(main, ["compare", str(runs["test-model"]), str(runs[model])])
+        assert result.exit_code == (1 if regressed else 0), result.output
 
     # Given one model's run only, the report reads the reference's run its comparison names.
     alone = tmp_path / "alone.html"
