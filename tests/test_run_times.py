@@ -59,8 +59,13 @@ def test_evaluation_time_adds_up_over_sessions_and_survives_reuse(
         CliRunner().invoke(main, ["runs", "--json", "--eval-output-dir", "outputs/evals"]).stdout
     )
     assert listing["eval_s"] == t2 / 1000
+    # The tables print it as the summary does (to a tenth: 1.5s is not "2s" in one place and
+    # "1.5s" in another, a 0.4s run not "0s").
+    eval_text = f"{t2 / 1000:.1f}s"
+    listed = CliRunner().invoke(main, ["runs", "--eval-output-dir", "outputs/evals"]).stdout
+    assert eval_text in listed.splitlines()[1].split()
     shown = CliRunner().invoke(main, ["show", str(run_dir)]).stdout
-    assert f"time      eval {round(t2 / 1000):.0f}s" in shown
+    assert f"time      eval {eval_text}, server " in shown
     assert read_run(run_dir, "alpha").time_s == t2 / 1000
 
 

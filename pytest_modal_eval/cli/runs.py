@@ -41,10 +41,18 @@ def _reward_text(mean: float | None, stderr: float | None, ci: Any) -> str:
     return text
 
 
+def run_time(seconds: float | None) -> str:
+    """A run's eval or server time as the session's summary prints it, to a tenth of a second
+    (``0.4s``, not ``0s``); from a minute on, in minutes and seconds (``1m50s``)."""
+    if seconds is not None and seconds < 60:
+        return f"{max(0.0, seconds):.1f}s"
+    return duration(seconds)
+
+
 def time_text(run: RunListing) -> str:
-    """``eval 64s, server 1m50s``: the run's two times, labelled as everywhere."""
-    text = f"eval {duration(run.eval_s)}"
-    return text + (f", server {duration(run.server_s)}" if run.server_s is not None else "")
+    """``eval 5.0s, server 25.1s``: the run's two times, labelled as everywhere."""
+    text = f"eval {run_time(run.eval_s)}"
+    return text + (f", server {run_time(run.server_s)}" if run.server_s is not None else "")
 
 
 def row(run: RunListing) -> list[str]:
@@ -57,8 +65,8 @@ def row(run: RunListing) -> list[str]:
         reward_text(run),
         run.verdict or "-",
         started,
-        duration(run.eval_s),
-        duration(run.server_s),
+        run_time(run.eval_s),
+        run_time(run.server_s),
     ]
     return [escape(cell) for cell in cells]
 
