@@ -221,7 +221,7 @@ def test_line_separators_in_text_pass_through_every_command(tmp_path: Path) -> N
     assert "OK: no significant drop" in compared.output
     page = str(tmp_path / "r.html")
     made = cli("report", "20260101-000000-aaaa", "--eval-output-dir", str(root), "-o", page)
-    assert made.exit_code == 0 and "(1 runs, 4 examples)" in made.output
+    assert made.exit_code == 0 and "(1 run, 4 examples)" in made.output
     shared = bundle.load_run(run, _NoRedactor())
     assert [r["completion"][0]["content"] for r in shared.records()] == [HOSTILE] * 4
     assert bundle.results_parquet(shared)

@@ -70,4 +70,5 @@ def report(
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
     examples = sum(len(b.rows) for b in benchmarks)
-    click.echo(f"wrote {output} ({len(benchmarks)} runs, {examples} examples)")
+    runs = f"{len(benchmarks)} run" + ("" if len(benchmarks) == 1 else "s")
+    click.echo(f"wrote {output} ({runs}, {examples} examples)")
