@@ -70,5 +70,5 @@ def report(
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
     examples = sum(len(b.rows) for b in benchmarks)
-    runs = f"{len(benchmarks)} run" + ("" if len(benchmarks) == 1 else "s")
-    click.echo(f"wrote {output} ({runs}, {examples} examples)")
+    written = f"{len(benchmarks)} run" + ("" if len(benchmarks) == 1 else "s")
+    click.echo(f"wrote {output} ({written}, {examples} examples)")
