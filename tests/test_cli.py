@@ -212,6 +212,28 @@ def test_show_complete_run(outputs: Path) -> None:
     assert as_json(cli("show", run["run_id"], "--missed", "--json"))["examples"] == []
 
 
+def test_show_states_a_models_comparison_with_the_reference_as_the_summary_did(
+    project: BenchmarkProject,
+) -> None:
+    project.add("arith", n=20, gate="gate: {min_avg_reward: 0.1}")
+    project.server.configure(accuracy=0.9, models={"model-b": {"accuracy": 0.5, "salt": "b"}})
+    result = project.run("--model", "model-b")
+    result.assert_outcomes(passed=2)
+    prefix = "arith: model-b vs test-model (reference): "
+    summary = [line[len(prefix) :] for line in result.stdout.lines if line.startswith(prefix)]
+    assert summary[0].startswith("reference ") and len(summary) >= 2  # figures, then flips
+    runs = by_benchmark(as_json(cli("runs", "--json", "-m", "model-b")))
+    shown = cli("show", runs["arith"]["run_id"]).stdout.splitlines()
+    [at] = [i for i, line in enumerate(shown) if line.startswith("  vs        test-model")]
+    reference = by_benchmark(as_json(cli("runs", "--json", "-m", "test-model")))["arith"]
+    assert shown[at] == f"  vs        test-model (reference, run {reference['run_id']}):"
+    assert [line.strip() for line in shown[at + 1 : at + 1 + len(summary)]] == summary
+    # The reference's own run has nothing to compare with.
+    assert not any(
+        line.startswith("  vs ") for line in cli("show", reference["dir"]).stdout.splitlines()
+    )
+
+
 def test_show_errored_and_missed(outputs: Path) -> None:
     run = by_benchmark(as_json(cli("runs", "--json")))["flaky"]
     errored = as_json(cli("show", run["run_id"], "--errored", "--json", "-n", "100"))["examples"]

@@ -16,8 +16,10 @@ from pytest_modal_eval.cli.common import (
     resolve_output_dir,
 )
 from pytest_modal_eval.cli.runs import reward_text, seat_text, time_text
+from pytest_modal_eval.gate.verdict import ReferenceComparison
 from pytest_modal_eval.runs.locate import find_run
 from pytest_modal_eval.runs.paths import read_listing
+from pytest_modal_eval.stats.format import describe_comparison
 from pytest_modal_eval.terminal_text import escape
 
 
@@ -90,11 +92,19 @@ def show(
     echo(escape(f"  benchmark {listing.benchmark}   model {listing.model}"))
     echo(f"  state     {listing.state_text}")
     echo(f"  reward    {reward_text(listing)}")
-    for name, figures in ((paths.read_metadata() or {}).get("seats") or {}).items():
+    metadata = paths.read_metadata() or {}
+    for name, figures in (metadata.get("seats") or {}).items():
         echo(escape(f"    {name}: {seat_text(figures)}"))
     if listing.verdict:
         echo(escape(f"  verdict   {listing.verdict}"))
     echo(f"  time      {time_text(listing)}")
+    if isinstance(vs_reference := metadata.get("vs_reference"), dict):
+        # The comparison the session's summary printed, in the same words.
+        reference = ReferenceComparison.from_dict(vs_reference)
+        lines = describe_comparison(reference.comparison, "reference", "this model")
+        echo(escape(f"  vs        {reference.model} (reference, run {reference.run_id}):"))
+        for line in lines:
+            echo(escape(f"            {line}"))
     startup = config.get("server_startup")
     if isinstance(startup, dict) and startup:
         echo(escape("  start-up  " + ", ".join(f"{k} {v}s" for k, v in startup.items())))

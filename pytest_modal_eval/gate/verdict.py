@@ -53,6 +53,27 @@ class ReferenceComparison:
             "detectable_drop_power": POWER,
         }
 
+    @classmethod
+    def from_dict(cls, figures: dict[str, Any]) -> ReferenceComparison:
+        """A comparison as :meth:`to_dict` recorded it, read back (``null`` figures are the
+        undefined ones, NaN)."""
+        from dataclasses import fields
+
+        from pytest_modal_eval.stats.summary import PairedComparison
+
+        names = {f.name for f in fields(PairedComparison)}
+        values: dict[str, Any] = {
+            name: math.nan if value is None else value
+            for key, value in figures.items()
+            if (name := key.replace("reference", "baseline")) in names
+        }
+        return cls(
+            model=str(figures.get("reference_model")),
+            comparison=PairedComparison(**values),
+            run_dir=figures.get("reference_run_dir"),
+            run_id=figures.get("reference_run_id"),
+        )
+
 
 #: Warn when more than this share of rollouts hit max_tokens.
 TRUNCATION_WARN_SHARE = 0.5
