@@ -162,8 +162,9 @@ class SummaryCollector:
                 if said_of is None:  # written with an earlier row
                     continue
                 pairs = list(dict.fromkeys((b, m) for b, m, _ in said_of))
-                one_benchmark = len({b for b, _ in pairs}) == 1
-                tr.write_line(f"{_subjects(pairs)}: {said_of[0][2] if one_benchmark else key}")
+                # Said alike of each: as said; else with the placeholders.
+                same = len({text for _, _, text in said_of}) == 1
+                tr.write_line(f"{_subjects(pairs)}: {said_of[0][2] if same else key}")
         for name, model, first in sorted(self.errors.values()):
             tr.write_line(f"{_subjects([(name, model)])}: ERROR: {first}")
         costs = [float(r["est_cost_usd"]) for r in self.rows if r.get("est_cost_usd") is not None]
@@ -214,9 +215,9 @@ def _serving_line(row: dict[str, Any]) -> str:
 def _notes(row: dict[str, Any]) -> list[tuple[str, str]]:
     """A summary row's notes and warnings: (what groups it with the same note of another
     benchmark or model, the line)."""
-    benchmark = str(row["benchmark"])
+    benchmark, run_id = str(row["benchmark"]), str(row.get("run_id") or "")
     return [
-        (f"{kind}: {_generic(str(text), benchmark)}", f"{kind}: {text}")
+        (f"{kind}: {_generic(str(text), benchmark, run_id)}", f"{kind}: {text}")
         for kind, texts in (("note", row["notes"]), ("WARNING", row["warnings"]))
         for text in texts
     ]
@@ -234,7 +235,11 @@ def _subjects(pairs: list[tuple[str, str]]) -> str:
     return "; ".join(f"{benchmark} ({', '.join(found)})" for benchmark, found in models.items())
 
 
-def _generic(text: str, benchmark: str) -> str:
-    """A note with its benchmark's name as ``<benchmark>``: the same note of several
-    benchmarks (``no baseline yet (evals/__baselines__/<benchmark>.json)``) is written once."""
+def _generic(text: str, benchmark: str, run_id: str = "") -> str:
+    """A note with its benchmark's name as ``<benchmark>`` and its run's id as ``<run>``: the
+    same note of several benchmarks or models (``no baseline yet
+    (evals/__baselines__/<benchmark>.json)``, ``every selected example was finished in run
+    <run>``) is written once; each run's id is in the table."""
+    if run_id:
+        text = text.replace(run_id, "<run>")
     return re.sub(rf"(?<![\w.-]){re.escape(benchmark)}(?![\w-])", "<benchmark>", text)
