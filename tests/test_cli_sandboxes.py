@@ -172,10 +172,15 @@ def test_modal_not_usable_is_one_line(
 
 
 def test_usage() -> None:
-    run = CliRunner().invoke
-    assert run(main, ["stop", "--sandboxes", "--all"]).exit_code == 2
-    assert run(main, ["stop", "--sandboxes", "-m", "a/b"]).exit_code == 2
-    assert run(main, ["stop", "--all", "--session", "x"]).exit_code == 2
+    def usage_error(*args: str) -> str:
+        result = CliRunner().invoke(main, ["stop", *args])
+        assert result.exit_code == 2
+        return result.output.splitlines()[-1]
+
+    one_of = "Error: give one of -m MODEL (optionally with -b BENCHMARK), --all or --sandboxes"
+    assert usage_error("--sandboxes", "--all") == one_of
+    assert usage_error("--sandboxes", "-m", "a/b") == one_of
+    assert usage_error("--all", "--session", "x") == "Error: --session needs --sandboxes"
 
 
 def test_stand_in_listing_is_the_sdks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
