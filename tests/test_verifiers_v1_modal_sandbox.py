@@ -13,6 +13,7 @@ import inspect
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -247,6 +248,56 @@ def test_no_sandbox_is_left_after_pytest_is_stopped(
     assert process.returncode == -signal.SIGKILL
     assert left_running(root, grace=lease + 10) == []
     assert set(ended(root).values()) <= {"main command exited", "idle_timeout"}
+
+
+def test_stop_sandboxes_ends_what_a_killed_pytest_left(
+    project: Any, fake_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pytest killed outright with a long lease leaves its sandboxes running;
+    ``pytest-modal-eval stop --sandboxes`` finds them by their tags and ends them."""
+    from click.testing import CliRunner
+
+    from pytest_modal_eval.cli import main
+
+    modules = tmp_path / "tasksets"
+    modules.mkdir()
+    (modules / "box_sums.py").write_text(textwrap.dedent(TASKSET))
+    root = tmp_path / "sandboxes"
+    root.mkdir()
+    fake_server.configure(hold=True)
+    process = _start_pytest(project, root, modules, lease=600)
+    try:
+        _wait_for_held_requests(fake_server, 2, process)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        fake_server.configure(hold=False)
+    left = running_sandboxes(root)
+    assert len(left) >= 2
+
+    module = install_fake_modal(monkeypatch, root)
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as server:  # Modal's server, reachable
+            monkeypatch.setitem(
+                module.config.config, "server_url", f"http://127.0.0.1:{server.getsockname()[1]}"
+            )
+            result = CliRunner().invoke(main, ["stop", "--sandboxes", "-y"])
+    finally:
+        # Should the command not end them, the lease would keep them for ten minutes.
+        survivors = left_running(root)
+        for box in survivors:
+            (root / box / "terminate").touch()
+    assert survivors == []
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.stdout.splitlines() if line.startswith("ended ")] == [
+        f"ended {box}" for box in left
+    ]
+    sessions = {line.split("(session ")[1] for line in result.stdout.splitlines() if "(" in line}
+    assert len(sessions) == 1  # one pytest process, one session tag
+    assert left_running(root) == []
+    assert set(ended(root).values()) == {"terminated"}
 
 
 def test_a_tool_server_in_a_modal_sandbox_is_refused(

@@ -244,12 +244,12 @@ class Sandbox:
     async def _list(
         *, app_id: str | None = None, tags: dict[str, str] | None = None, client: Any = None
     ) -> AsyncIterator[Sandbox]:
-        """Running sandboxes (not ended), newest first, with at least ``tags``."""
+        """Running sandboxes (created and not ended), newest first, with at least ``tags``."""
         _check_token()
         boxes = sorted(_root().glob("sb-*"), key=lambda b: b.stat().st_mtime_ns, reverse=True)
         for box in boxes:
-            if (box / "ended").exists() or not (box / "spec.json").exists():
-                continue
+            if (box / "ended").exists() or not (box / "supervisor.pid").exists():
+                continue  # ended, or not created yet
             spec = json.loads((box / "spec.json").read_text())
             if app_id is not None and f"ap-{spec['app']}" != app_id:
                 continue
