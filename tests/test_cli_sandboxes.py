@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from pytest_modal_eval.cli import main
-from pytest_modal_eval.serving.modal.sandboxes import session_tags
+from pytest_modal_eval.serving.modal.sandboxes import SESSION_TAG, session_tags
 from tests.support.modal_stand_in import FAKE_MODAL, install_fake_modal, left_running
 
 MAKE_SANDBOXES = """
@@ -123,6 +123,17 @@ def test_session_ends_only_that_sessions_sandboxes(stand_in: Modal) -> None:
     assert result.exit_code == 0, result.output
     assert first not in result.stdout
     assert stand_in.ended() == {first: "", second: "terminated"}
+
+
+def test_what_modal_says_is_printed_escaped(stand_in: Modal) -> None:
+    hostile = {**session_tags("x"), SESSION_TAG: "\x1b]52;c;ZXZpbA==\x07"}
+    (box,) = stand_in.leave_sandboxes(hostile)
+
+    result = stop("--dry-run")
+
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert f"{box}  (session \\x1b]52;c;ZXZpbA==\\x07)" in result.stdout
 
 
 def test_nothing_running(stand_in: Modal) -> None:

@@ -115,13 +115,17 @@ def stop_apps(
 def stop_sandboxes(session: str | None, dry_run: bool, yes: bool) -> None:
     """List this tool's running Modal sandboxes (one session's when given) and end them."""
     from pytest_modal_eval.serving.modal.sandboxes import running_sandboxes
+    from pytest_modal_eval.terminal_text import escape
 
     try:
         found = running_sandboxes(session)
         if not found:
             click.echo("nothing to end: no sandbox of pytest-modal-eval is running")
             return
-        click.echo("\n".join(f"{s.sandbox_id}  (session {s.session})" for s in found))
+        # Ids and tags come from Modal: printed with their control characters escaped.
+        click.echo(
+            "\n".join(f"{escape(s.sandbox_id)}  (session {escape(s.session)})" for s in found)
+        )
         if dry_run:
             return
         if not yes:
@@ -131,6 +135,6 @@ def stop_sandboxes(session: str | None, dry_run: bool, yes: bool) -> None:
             )
         for sandbox in found:
             sandbox.terminate()
-            click.echo(f"ended {sandbox.sandbox_id}")
+            click.echo(f"ended {escape(sandbox.sandbox_id)}")
     except ServingError as exc:
         raise click.ClickException(str(exc)) from None

@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.serving.modal.access import check_modal_access
+from pytest_modal_eval.terminal_text import escape
 
 TAG = "pytest-modal-eval"
 TAG_VALUE = "rollout"
@@ -42,7 +43,8 @@ class RunningSandbox:
             self.handle.terminate()
         except Exception as exc:
             raise ServingError(
-                f"could not end Modal sandbox {self.sandbox_id}: {type(exc).__name__}: {exc}"
+                f"could not end Modal sandbox {escape(self.sandbox_id)}: "
+                f"{type(exc).__name__}: {escape(str(exc))}"
             ) from exc
 
 
@@ -61,5 +63,6 @@ def running_sandboxes(session: str | None = None) -> list[RunningSandbox]:
             made_by = dict(sandbox.get_tags()).get(SESSION_TAG, "?")
             found.append(RunningSandbox(str(sandbox.object_id), made_by, sandbox))
     except Exception as exc:
-        raise ServingError(f"could not list Modal sandboxes: {type(exc).__name__}: {exc}") from exc
+        reason = f"{type(exc).__name__}: {escape(str(exc))}"
+        raise ServingError(f"could not list Modal sandboxes: {reason}") from exc
     return sorted(found, key=lambda s: (s.session, s.sandbox_id))
