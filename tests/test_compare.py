@@ -490,3 +490,78 @@ def test_xdist_challenger_goes_on_when_the_reference_crashes_its_worker(
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("failed") == 1, outcomes
     result.stdout.fnmatch_lines(["*crashed its worker*no comparison*"])
+
+
+#: 100 examples on which the challenger (salt "b23", right 90% of the time) goes solved ->
+#: missed on 10 and missed -> solved on 3 against the reference (right 95%): exact one-sided
+#: p = 0.046, regressed at alpha 0.05. The 95% two-sided interval holds 0 ([-0.150, +0.001]);
+#: the 90% one, whose upper end is the one-sided bound, is [-0.135, -0.001].
+BORDERLINE = {"n": 100, "reference": 0.95, "challenger": 0.9, "salt": "b23"}
+BORDERLINE_CI = "90% CI [-0.135, -0.001]"
+
+
+def _borderline(project: BenchmarkProject, gate: str) -> None:
+    n, salt = BORDERLINE["n"], str(BORDERLINE["salt"])
+    ref = correct_ids(float(BORDERLINE["reference"]), n=n)
+    new = correct_ids(float(BORDERLINE["challenger"]), salt, n=n)
+    assert (len(ref - new), len(new - ref)) == (10, 3)  # the table the docs cite
+    project.add("alpha", n=n, gate=gate)
+    project.server.configure(
+        accuracy=BORDERLINE["reference"],
+        models={CHALLENGER: {"accuracy": BORDERLINE["challenger"], "salt": salt}},
+    )
+
+
+def _report(project: BenchmarkProject) -> str:
+    return (project.pytester.path / "outputs" / "evals" / "report.html").read_text()
+
+
+def test_a_regression_vs_the_reference_comes_with_an_interval_below_zero_everywhere(
+    project: BenchmarkProject,
+) -> None:
+    """10 down / 3 up of 100: "regressed" with the 90% interval, never the 95% one that holds
+    0, in the summary, JUnit, metadata.json, the HTML report and `compare`."""
+    _borderline(project, "gate: {min_avg_reward: 0.1, vs_reference: {}}")
+    result = project.run("--model", CHALLENGER, "--junitxml=report.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    lines = [x for x in result.stdout.lines if "reference 0.950 -> this model 0.880" in x]
+    assert lines and all(BORDERLINE_CI in x for x in lines), lines
+    assert "significantly worse than the reference model test-model" in result.stdout.str()
+    props = properties(project, f"alpha--{CHALLENGER}")
+    assert props["reference_diff_ci_level"] == "0.9"
+    assert float(props["reference_diff_ci_high"]) < 0.0
+    runs = project.pytester.path / "outputs" / "evals"
+    (run_b,) = [p for p in (runs / f"alpha--default--{CHALLENGER}").iterdir() if p.is_dir()]
+    c = json.loads((run_b / "metadata.json").read_text())["vs_reference"]
+    assert (c["diff_ci_level"], c["regressed"]) == (0.9, True)
+    assert c["diff_ci_high"] < 0.0 and c["p_value"] == pytest.approx(0.0461, abs=1e-4)
+    report = _report(project)
+    assert "with its 90% interval" in report and "with its 95% interval" not in report
+    assert "[-0.135, -0.001]" in report and "[-0.150, 0.001]" not in report
+    (run_a,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
+    status, out = _compare(str(run_a), str(run_b))
+    assert status == 1 and BORDERLINE_CI in out and "FAIL: significant drop" in out, out
+    doc = json.loads(_compare(str(run_a), str(run_b), "--json")[1])["comparison"]
+    assert doc["confidence"] == 0.9 and doc["diff_ci_high"] < 0.0 and doc["regressed"]
+
+
+def test_a_regression_vs_the_baseline_comes_with_an_interval_below_zero_everywhere(
+    project: BenchmarkProject,
+) -> None:
+    """The same table against a stored baseline: the summary, JUnit, metadata.json's reasons
+    and the HTML report."""
+    _borderline(project, "gate: {min_avg_reward: 0.1}")
+    project.run("--snapshot-update").assert_outcomes(passed=1)
+    project.server.configure(accuracy=BORDERLINE["challenger"], salt=BORDERLINE["salt"])
+    result = project.run("--eval-fresh", "--junitxml=report.xml")
+    result.assert_outcomes(failed=1)
+    lines = [x for x in result.stdout.lines if "baseline 0.950 -> run 0.880" in x]
+    assert lines and all(BORDERLINE_CI in x for x in lines), lines
+    props = properties(project, "alpha")
+    assert props["baseline_diff_ci_level"] == "0.9"
+    assert float(props["baseline_diff_ci_high"]) < 0.0
+    newest = project.run_dirs("alpha")[-1]
+    reasons = json.loads((newest / "metadata.json").read_text())["gate_reasons"]
+    assert any(BORDERLINE_CI in r for r in reasons), reasons
+    report = _report(project)
+    assert "[-0.135, -0.001] (90%)" in report and "(95%)" not in report
