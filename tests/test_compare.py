@@ -496,19 +496,19 @@ def test_xdist_challenger_goes_on_when_the_reference_crashes_its_worker(
 #: missed on 10 and missed -> solved on 3 against the reference (right 95%): exact one-sided
 #: p = 0.046, regressed at alpha 0.05. The 95% two-sided interval holds 0 ([-0.150, +0.001]);
 #: the 90% one, whose upper end is the one-sided bound, is [-0.135, -0.001].
-BORDERLINE = {"n": 100, "reference": 0.95, "challenger": 0.9, "salt": "b23"}
+BORDERLINE_N, BORDERLINE_REFERENCE, BORDERLINE_CHALLENGER, BORDERLINE_SALT = 100, 0.95, 0.9, "b23"
 BORDERLINE_CI = "90% CI [-0.135, -0.001]"
 
 
 def _borderline(project: BenchmarkProject, gate: str) -> None:
-    n, salt = BORDERLINE["n"], str(BORDERLINE["salt"])
-    ref = correct_ids(float(BORDERLINE["reference"]), n=n)
-    new = correct_ids(float(BORDERLINE["challenger"]), salt, n=n)
+    n, salt = BORDERLINE_N, BORDERLINE_SALT
+    ref = correct_ids(BORDERLINE_REFERENCE, n=n)
+    new = correct_ids(BORDERLINE_CHALLENGER, salt, n=n)
     assert (len(ref - new), len(new - ref)) == (10, 3)  # the table the docs cite
     project.add("alpha", n=n, gate=gate)
     project.server.configure(
-        accuracy=BORDERLINE["reference"],
-        models={CHALLENGER: {"accuracy": BORDERLINE["challenger"], "salt": salt}},
+        accuracy=BORDERLINE_REFERENCE,
+        models={CHALLENGER: {"accuracy": BORDERLINE_CHALLENGER, "salt": salt}},
     )
 
 
@@ -552,7 +552,7 @@ def test_a_regression_vs_the_baseline_comes_with_an_interval_below_zero_everywhe
     and the HTML report."""
     _borderline(project, "gate: {min_avg_reward: 0.1}")
     project.run("--snapshot-update").assert_outcomes(passed=1)
-    project.server.configure(accuracy=BORDERLINE["challenger"], salt=BORDERLINE["salt"])
+    project.server.configure(accuracy=BORDERLINE_CHALLENGER, salt=BORDERLINE_SALT)
     result = project.run("--eval-fresh", "--junitxml=report.xml")
     result.assert_outcomes(failed=1)
     lines = [x for x in result.stdout.lines if "baseline 0.950 -> run 0.880" in x]
