@@ -536,8 +536,7 @@ def test_a_regression_vs_the_reference_comes_with_an_interval_below_zero_everywh
     assert (c["diff_ci_level"], c["regressed"]) == (0.9, True)
     assert c["diff_ci_high"] < 0.0 and c["p_value"] == pytest.approx(0.0461, abs=1e-4)
     report = _report(project)
-    assert "with its 90% interval" in report and "with its 95% interval" not in report
-    assert "[-0.135, -0.001]" in report and "[-0.150, 0.001]" not in report
+    assert "[-0.135, -0.001] (90%)" in report and "(95%)" not in report
     (run_a,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
     status, out = _compare(str(run_a), str(run_b))
     assert status == 1 and BORDERLINE_CI in out and "FAIL: significant drop" in out, out
@@ -565,3 +564,18 @@ def test_a_regression_vs_the_baseline_comes_with_an_interval_below_zero_everywhe
     assert any(BORDERLINE_CI in r for r in reasons), reasons
     report = _report(project)
     assert "[-0.135, -0.001] (90%)" in report and "(95%)" not in report
+
+
+def test_the_report_gives_each_comparison_its_own_level(project: BenchmarkProject) -> None:
+    """Benchmarks gated at different alphas: each row of the comparison with the reference
+    shows its own interval's level (1 - 2 alpha), not the first one's."""
+    project.add("alpha", n=20, gate="gate: {min_avg_reward: 0.1, vs_reference: {}}")
+    project.add("beta", n=20, gate="gate: {min_avg_reward: 0.1, vs_reference: {alpha: 0.01}}")
+    project.run(*two_models(project, 0.9, 0.9)).assert_outcomes(passed=4)
+    report = _report(project)
+    levels = {}
+    for name in ("alpha", "beta"):
+        group = report.split(f'data-benchmark="{name}"')[1].split("</table>")[0]
+        row = group.split('data-role="challenger"')[1].split("</tr>")[0]
+        levels[name] = [level for level in ("(90%)", "(98%)", "(95%)") if level in row]
+    assert levels == {"alpha": ["(90%)"], "beta": ["(98%)"]}, levels
