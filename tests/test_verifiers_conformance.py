@@ -21,7 +21,7 @@ import pytest
 
 from pytest_modal_eval.client.verifiers_adapter import installed_api
 from tests.support.v1_runs import SUM_TASKS as COMMON
-from tests.support.v1_runs import run_v1, vf_eval
+from tests.support.v1_runs import run_v1, vf_eval, vf_eval_args
 
 pytestmark = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
 
@@ -196,21 +196,10 @@ def vf_eval_rewards(
     """(task idx, seat) -> reward from verifiers' own ``vf-eval`` (no upload, every seat in
     the subprocess runtime)."""
     seats, _, _ = SEATS[env_id.replace("-", "_")]
-    args = [
-        env_id,
-        "-m",
-        "test-model",
-        "--client.base-url",
-        base_url,
-        "--client.api-key-var",
-        "PYTEST_MODAL_EVAL_NO_KEY",
-        "-c",
-        "4",
-    ]
-    for seat in seats:
-        args += [f"--env.{seat}.runtime.type", "subprocess"]
-    if env_id == "conf-tools":
-        args += ["--env.agent.harness.id", "null"]
+    # verifiers' null harness for the tool server (the test server calls the first tool
+    # offered, and bash offers its own); every other shape plays the harness it declares.
+    harness = "null" if env_id == "conf-tools" else None
+    args = vf_eval_args(env_id, base_url, seats, harness)
     episodes = vf_eval(modules, args, out)
     import verifiers.v1 as vf
 
