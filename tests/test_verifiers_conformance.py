@@ -569,6 +569,53 @@ def test_a_seat_the_episode_never_played_errors_every_seat() -> None:
     assert "seat 'second' of the same episode errored" in first["error"]["message"]
 
 
+def test_a_seat_played_several_times_in_an_episode_keeps_every_play() -> None:
+    """A seat an episode plays several times (best-of-n's attempts, a proposer's problem
+    fanned out to solvers): its record's reward and metrics are the means over its plays, as
+    ``vf-eval`` averages every trace, each play is under ``attempts``, and the other seat's
+    record sees every one of them."""
+    import verifiers.v1 as vf
+
+    from pytest_modal_eval.client.verifiers_v1 import _Rollout, episode_outputs
+    from pytest_modal_eval.runs.record import rollout_record
+
+    data = vf.TaskData(prompt="What is 2 + 2?")
+
+    def play(seat: str, reward: float) -> vf.Trace:
+        trace = vf.Trace(
+            task=vf.TraceTask(type="Task", data=data),
+            agent=vf.AgentInfo(config=vf.AgentConfig(), name=seat),
+            ok=True,
+            is_completed=True,
+        )
+        trace.record_reward("correct", reward)
+        trace.record_metric("turns", 2.0 if reward else 1.0)
+        return trace
+
+    solves = [play("solver", 1.0), play("solver", 0.0), play("solver", 0.0)]
+    traces = [play("proposer", 0.5), *solves]
+    episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=traces, ok=True)
+    proposer, solver = episode_outputs(
+        3, vf.Task(data), episode, ["proposer", "solver"], _Rollout(3, 0, [])
+    )
+    assert solver["reward"] == pytest.approx(1 / 3)
+    assert solver["metrics"] == {"correct": pytest.approx(1 / 3), "turns": pytest.approx(4 / 3)}
+    assert [a["reward"] for a in solver["attempts"]] == [1.0, 0.0, 0.0]
+    assert set(solver["seats"]) == {"proposer"} and "attempts" not in proposer
+    beside = proposer["seats"]["solver"]
+    assert beside["reward"] == pytest.approx(1 / 3)
+    assert [a["reward"] for a in beside["attempts"]] == [1.0, 0.0, 0.0]
+    assert rollout_record(solver, 0, "default")["attempts"] == solver["attempts"]
+    assert rollout_record(proposer, 0, "default")["attempts"] == []
+
+    # One seat's every play, named or not, is its own; one errored play errors the record.
+    unnamed = [play("", 1.0), play("", 1.0)]
+    unnamed[1].record_error(RuntimeError("boom"))
+    episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=unnamed, ok=True)
+    (only,) = episode_outputs(0, vf.Task(data), episode, ["agent"], _Rollout(0, 0, []))
+    assert len(only["attempts"]) == 2 and only["error"] is not None
+
+
 def test_the_seats_of_an_episode_are_errored_together(
     shapes: Path, fake_server: Any, tmp_path: Path
 ) -> None:
