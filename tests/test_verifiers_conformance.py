@@ -569,6 +569,24 @@ def test_a_seat_the_episode_never_played_errors_every_seat() -> None:
     assert "seat 'second' of the same episode errored" in first["error"]["message"]
 
 
+def test_an_episode_that_failed_before_a_seat_played_names_its_error() -> None:
+    """A task whose setup failed leaves no trace: the record carries the episode's error,
+    not only that the seat did not play."""
+    import verifiers.v1 as vf
+    from verifiers.v1.trace import Error
+
+    from pytest_modal_eval.client.verifiers_v1 import _Rollout, episode_outputs
+
+    data = vf.TaskData(prompt="What is 2 + 2?")
+    failed = Error(type="TaskError", message="task setup: RuntimeError: root setup failed")
+    episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=[], errors=[failed])
+    (output,) = episode_outputs(0, vf.Task(data), episode, ["agent"], _Rollout(0, 0, []))
+    assert output["error"] == {
+        "error": "TaskError",
+        "message": "task setup: RuntimeError: root setup failed",
+    }
+
+
 def test_a_seat_played_several_times_in_an_episode_keeps_every_play() -> None:
     """A seat an episode plays several times (best-of-n's attempts, a proposer's problem
     fanned out to solvers): its record's reward and metrics are the means over its plays, as

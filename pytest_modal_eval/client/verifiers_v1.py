@@ -770,7 +770,9 @@ def episode_outputs(
             }
         if len(named) > 1:
             _play_attempts(output, named)
-        if episode.errors and output["error"] is None:
+        # The episode's own error says more than "no trace" when it failed before the seat
+        # played (a task's setup, the Env's run()).
+        if episode.errors and (output["error"] is None or mine is None):
             last = episode.errors[-1]
             output["error"] = {"error": last.type, "message": last.message}
         output["agent"] = seat
