@@ -169,12 +169,50 @@ if __name__ == "__main__":  # the shared tool server: python -m conf_tools
     KeyToolset.run()
 """
 
+# A zero-sum game: the seat that answers right while the other does not wins 2, the other
+# loses 2; a draw pays 0. Its tasks reward nothing themselves: the payoff is the reward.
+SHAPES["conf_zerosum"] = """
+class HandTask(vf.Task[SumData]):
+    pass
+
+
+class ZeroSumConfig(vf.TasksetConfig):
+    id: str = "conf-zerosum"
+    follow_up: bool = False
+
+
+class ZeroSumTaskset(vf.Taskset[HandTask, ZeroSumConfig]):
+    def load(self):
+        for task in sums(self.config, 8, 90):
+            yield HandTask(task.data, task.config)
+
+
+class ZeroSumEnvConfig(vf.EnvConfig):
+    first: vf.AgentConfig = vf.AgentConfig()
+    second: vf.AgentConfig = vf.AgentConfig()
+
+
+class ZeroSumEnv(vf.Env[ZeroSumEnvConfig]):
+    async def run(self, task, agents):
+        second = SumData(prompt=task.data.follow_up, answer=str(int(task.data.answer) + 5))
+        one = await agents.first.run(task)
+        two = await agents.second.run(type(task)(second, task.config))
+        right = [boxed(one.last_reply) == task.data.answer, boxed(two.last_reply) == second.answer]
+        net = 2.0 * (right[0] - right[1])
+        one.record_reward("payoff", net)
+        two.record_reward("payoff", -net)
+
+
+__all__ = ["ZeroSumTaskset", "ZeroSumEnv"]
+"""
+
 #: Each shape's seats, the seat the benchmark scores, and the harness verifiers resolves.
 SEATS = {
     "conf_plain": (["agent"], None, "bash"),
     "conf_bundled": (["agent"], None, "conf-bundled"),
     "conf_user": (["agent"], None, "bash"),
     "conf_game": (["first", "second"], "second", "bash"),
+    "conf_zerosum": (["first", "second"], "first", "bash"),
     # verifiers' null harness: the test server calls the first tool offered (bash offers its own).
     "conf_tools": (["agent"], None, "null"),
 }
@@ -244,8 +282,9 @@ def test_plugin_and_vf_eval_give_identical_rewards(
             beside = {seat: other["reward"] for seat, other in (output.get("seats") or {}).items()}
             assert beside == {s: expected[(example_id, s)] for s in seats if s != output["agent"]}
     assert got == expected
-    rewards = list(expected.values())
-    assert 0.0 in rewards and 1.0 in rewards  # the endpoint answers some right, some wrong
+    rewards = set(expected.values())
+    # The endpoint answers some right, some wrong (the game pays a win, a loss or a draw).
+    assert rewards >= ({-2.0, 2.0} if shape == "conf_zerosum" else {0.0, 1.0})
 
 
 def test_bundled_harness_and_scripted_user_reach_the_endpoint_as_declared(
@@ -347,20 +386,18 @@ def test_an_infinite_taskset_runs_its_first_num_examples(
     assert [t.data.prompt for t in env.tasks] == [f"What is {i} + 1?" for i in range(3)]
 
 
-def _game_project(project: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def _game_project(project: Any, monkeypatch: pytest.MonkeyPatch, shape: str = "conf_game") -> None:
     """The two-seat game importable by the inner pytest run and its tool processes."""
     modules = project.pytester.path / "tasksets"
     modules.mkdir()
-    (modules / "conf_game.py").write_text(
-        textwrap.dedent(COMMON) + textwrap.dedent(SHAPES["conf_game"])
-    )
+    (modules / f"{shape}.py").write_text(textwrap.dedent(COMMON) + textwrap.dedent(SHAPES[shape]))
     project.pytester.syspathinsert(modules)
     monkeypatch.setenv("PYTHONPATH", str(modules))
 
 
-def _game_yaml(project: Any, agent: str, gate: str) -> None:
+def _game_yaml(project: Any, agent: str, gate: str, env_id: str = "conf-game") -> None:
     (project.evals / "game.yaml").write_text(
-        f"env_id: conf-game\nagent: {agent}\neval: {{max_retries: 0}}\ngate: {gate}\n"
+        f"env_id: {env_id}\nagent: {agent}\neval: {{max_retries: 0}}\ngate: {gate}\n"
     )
 
 
@@ -538,6 +575,47 @@ def test_the_gate_applies_to_the_named_seat_or_to_every_seat(
         "second": 5,
     }
     assert fake_server.stats().get("chat_requests", 0) == 0
+    assert project.run_dirs("game") == [run_dir]
+
+
+def test_a_game_s_payoffs_keep_their_range_in_records_intervals_and_gates(
+    project: Any, fake_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Payoffs of -2, 0 and +2: each seat's records hold them, each seat's interval lies in
+    [-2, 2] (not in [0, 1]), and a negative gate.min_avg_reward passes or fails the losing
+    seat by its own mean."""
+    from tests.conftest import read_jsonl
+
+    _game_project(project, monkeypatch, "conf_zerosum")
+    fake_server.configure(accuracy=0.5, salt="conf_zerosum")
+    agent = "{seat: first, harness: 'null'}"
+    _game_yaml(project, agent, "{min_avg_reward: -2}", "conf-zerosum")
+    project.run().assert_outcomes(passed=1)
+    (run_dir,) = project.run_dirs("game")
+    records = read_jsonl(run_dir / "results.jsonl")
+    assert {r["agent"] for r in records} == {"first", "second"}
+    assert {r["reward"] for r in records} >= {-2.0, 2.0}
+    for first, second in zip(records[::2], records[1::2], strict=True):
+        assert first["reward"] == -second["reward"]
+    seats = json.loads((run_dir / "metadata.json").read_text())["seats"]
+    loser = min(seats, key=lambda seat: seats[seat]["avg_reward"])
+    mean = seats[loser]["avg_reward"]
+    assert mean < 0  # zero-sum: one seat's mean is the other's, negated, and not 0 here
+    for figures in seats.values():
+        low, high = figures["ci"]
+        assert -2.0 <= low <= figures["avg_reward"] <= high <= 2.0
+    assert seats[loser]["ci"][0] < 0.0
+
+    fake_server.reset()
+    named = f"{{seat: {loser}, harness: 'null'}}"
+    _game_yaml(project, named, "{min_avg_reward: -1.99}", "conf-zerosum")
+    project.run().assert_outcomes(passed=1)
+    above = mean / 2  # negative, and above the losing seat's mean
+    _game_yaml(project, named, f"{{min_avg_reward: {above}}}", "conf-zerosum")
+    result = project.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*seat {loser}: mean reward -* < gate.min_avg_reward -*"])
+    assert fake_server.stats().get("chat_requests", 0) == 0  # the same run, re-read
     assert project.run_dirs("game") == [run_dir]
 
 
