@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from pytest_modal_eval.cli.common import say
 from pytest_modal_eval.cli.modal_apps import modal_apps
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.serving.modal.app import tag_value
@@ -58,7 +59,7 @@ def stop(
         if not chosen:
             click.echo("nothing to stop: no matching app of pytest-modal-eval is deployed")
             return
-        click.echo(
+        say(
             "\n".join(
                 f"{r.name}  ({r.tags.get('model', '?')}, {r.tasks} containers)" for r in chosen
             )
@@ -67,6 +68,6 @@ def stop(
             click.confirm(f"stop {len(chosen)} app(s)?", abort=True)
         for record in chosen:
             apps.stop(record.name)
-            click.echo(f"stopped {record.name}")
+            say(f"stopped {record.name}")
     except ServingError as exc:
         raise click.ClickException(str(exc)) from None
