@@ -124,11 +124,11 @@ def compare(
         subject = f"{a.benchmark}[{a.seat}]" if a.seat else a.benchmark
         say(f"{subject}: {b.model} ({b.path.name}) vs {a.model} ({a.path.name})")
         for line in describe_comparison(c, "A", "B"):
-            click.echo(f"  {line}")
+            say(f"  {line}")
         if differences:
-            click.echo(f"  note: the runs' configurations differ in: {', '.join(differences)}")
+            say(f"  note: the runs' configurations differ in: {', '.join(differences)}")
         if warning:
-            click.echo(f"  WARNING: {warning}")
+            say(f"  WARNING: {warning}")
         click.echo(f"  {'FAIL: significant drop' if c.regressed else 'OK: no significant drop'}")
     if c.regressed:
         raise SystemExit(EXIT_DROP)
