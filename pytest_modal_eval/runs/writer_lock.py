@@ -36,6 +36,7 @@ from filelock import FileLock, Timeout
 from pytest_modal_eval.exceptions import RunLockError
 from pytest_modal_eval.runs.paths import RunPaths, choosing_lock
 from pytest_modal_eval.runs.store import write_json_atomic
+from pytest_modal_eval.terminal_text import escape
 
 #: How often a waiting process tries the lock again (and reads who holds it).
 POLL_S = 0.2
@@ -67,10 +68,13 @@ class Holder:
 
 
 def read_holder(paths: RunPaths) -> Holder | None:
-    """The holder ``writer.json`` names, or None when it names none (not written yet)."""
+    """The holder ``writer.json`` names, or None when it names none (not written yet). Its
+    text is shown in the terminal: a run directory copied or edited by hand could hold control
+    sequences there, so they come back escaped."""
     try:
         data = json.loads(paths.writer.read_text(encoding="utf-8"))
-        return Holder(**{k: data.get(k) for k in Holder.__dataclass_fields__})
+        fields = {k: data.get(k) for k in Holder.__dataclass_fields__}
+        return Holder(**{k: escape(v) if isinstance(v, str) else v for k, v in fields.items()})
     except (OSError, ValueError, TypeError, AttributeError):
         return None
 
