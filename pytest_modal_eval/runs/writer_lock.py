@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -73,8 +74,11 @@ def read_holder(paths: RunPaths) -> Holder | None:
     sequences there, so they come back escaped."""
     try:
         data = json.loads(paths.writer.read_text(encoding="utf-8"))
-        fields = {k: data.get(k) for k in Holder.__dataclass_fields__}
-        return Holder(**{k: escape(v) if isinstance(v, str) else v for k, v in fields.items()})
+        fields: dict[str, Any] = {k: data.get(k) for k in Holder.__dataclass_fields__}
+        shown: dict[str, Any] = {
+            k: escape(v) if isinstance(v, str) else v for k, v in fields.items()
+        }
+        return Holder(**shown)
     except (OSError, ValueError, TypeError, AttributeError):
         return None
 
