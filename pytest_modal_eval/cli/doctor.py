@@ -22,6 +22,7 @@ from pytest_modal_eval.cli.common import (
     json_option,
     output_dir_option,
     resolve_output_dir,
+    say,
 )
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.config.options import base_url_problem
@@ -352,11 +353,11 @@ def doctor(
         echo_json({"ok": not failed, "checks": [asdict(c) for c in checks]})
     else:
         for check in checks:
-            click.echo(f"{MARK[check.status]} {check.name}: {check.detail}")
+            say(f"{MARK[check.status]} {check.name}: {check.detail}")
             if check.fix and check.status in (FAIL, WARN):
-                click.echo(f"       fix: {check.fix}")
+                say(f"       fix: {check.fix}")
         skipped = [c.name for c in checks if c.status == SKIP]
         if skipped:
-            click.echo(f"not checked: {', '.join(skipped)}")
+            say(f"not checked: {', '.join(skipped)}")
     if failed:
         raise SystemExit(1)

@@ -11,6 +11,7 @@ from pytest_modal_eval.cli.common import (
     output_dir_option,
     project_redactor,
     resolve_output_dir,
+    say,
 )
 from pytest_modal_eval.report.html import write_report
 from pytest_modal_eval.report.page import ReportError
@@ -70,4 +71,4 @@ def report(
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
     examples = sum(len(b.rows) for b in benchmarks)
-    click.echo(f"wrote {output} ({len(benchmarks)} runs, {examples} examples)")
+    say(f"wrote {output} ({len(benchmarks)} runs, {examples} examples)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from pytest_modal_eval.cli.common import say, shown
 from pytest_modal_eval.exceptions import ServingError
 
 
@@ -96,7 +97,7 @@ def stop_apps(
         if not chosen:
             click.echo("nothing to stop: no matching app of pytest-modal-eval is deployed")
             return
-        click.echo(
+        say(
             "\n".join(
                 f"{r.name}  ({r.tags.get('model', '?')}, {r.tasks} containers)" for r in chosen
             )
@@ -107,7 +108,7 @@ def stop_apps(
             click.confirm(f"stop {len(chosen)} app(s)?", abort=True)
         for record in chosen:
             apps.stop(record.name)
-            click.echo(f"stopped {record.name}")
+            say(f"stopped {record.name}")
     except ServingError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -115,17 +116,19 @@ def stop_apps(
 def stop_sandboxes(session: str | None, dry_run: bool, yes: bool) -> None:
     """List this tool's running Modal sandboxes (one session's when given) and end them."""
     from pytest_modal_eval.serving.modal.sandboxes import running_sandboxes
-    from pytest_modal_eval.terminal_text import escape
 
     try:
         found = running_sandboxes(session)
         if not found:
             click.echo("nothing to end: no sandbox of pytest-modal-eval is running")
             return
-        # Ids and tags come from Modal: printed with their control characters escaped.
-        click.echo(
-            "\n".join(f"{escape(s.sandbox_id)}  (session {escape(s.session)})" for s in found)
-        )
+        # Ids and tags come from Modal: each printed on one line, secrets and control
+        # characters escaped.
+        for sandbox in found:
+            sandbox_id, session_id = (
+                shown(text, newlines=False) for text in (sandbox.sandbox_id, sandbox.session)
+            )
+            click.echo(f"{sandbox_id}  (session {session_id})")
         if dry_run:
             return
         if not yes:
@@ -135,6 +138,6 @@ def stop_sandboxes(session: str | None, dry_run: bool, yes: bool) -> None:
             )
         for sandbox in found:
             sandbox.terminate()
-            click.echo(f"ended {escape(sandbox.sandbox_id)}")
+            say(f"ended {shown(sandbox.sandbox_id, newlines=False)}")
     except ServingError as exc:
         raise click.ClickException(str(exc)) from None
