@@ -499,3 +499,92 @@ def test_xdist_challenger_goes_on_when_the_reference_crashes_its_worker(
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("failed") == 1, outcomes
     result.stdout.fnmatch_lines(["*crashed its worker*no comparison*"])
+
+
+#: 100 examples on which the challenger (salt "b23", right 90% of the time) goes solved ->
+#: missed on 10 and missed -> solved on 3 against the reference (right 95%): exact one-sided
+#: p = 0.046, regressed at alpha 0.05. The 95% two-sided interval holds 0 ([-0.150, +0.001]);
+#: the 90% one, whose upper end is the one-sided bound, is [-0.135, -0.001].
+BORDERLINE_N, BORDERLINE_REFERENCE, BORDERLINE_CHALLENGER, BORDERLINE_SALT = 100, 0.95, 0.9, "b23"
+BORDERLINE_CI = "90% CI [-0.135, -0.001]"
+
+
+def _borderline(project: BenchmarkProject, gate: str) -> None:
+    n, salt = BORDERLINE_N, BORDERLINE_SALT
+    ref = correct_ids(BORDERLINE_REFERENCE, n=n)
+    new = correct_ids(BORDERLINE_CHALLENGER, salt, n=n)
+    assert (len(ref - new), len(new - ref)) == (10, 3)  # the table the docs cite
+    project.add("alpha", n=n, gate=gate)
+    project.server.configure(
+        accuracy=BORDERLINE_REFERENCE,
+        models={CHALLENGER: {"accuracy": BORDERLINE_CHALLENGER, "salt": salt}},
+    )
+
+
+def _report(project: BenchmarkProject) -> str:
+    return (project.pytester.path / "outputs" / "evals" / "report.html").read_text()
+
+
+def test_a_regression_vs_the_reference_comes_with_an_interval_below_zero_everywhere(
+    project: BenchmarkProject,
+) -> None:
+    """10 down / 3 up of 100: "regressed" with the 90% interval, never the 95% one that holds
+    0, in the summary, JUnit, metadata.json, the HTML report and `compare`."""
+    _borderline(project, "gate: {min_avg_reward: 0.1, vs_reference: {}}")
+    result = project.run("--model", CHALLENGER, "--junitxml=report.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    lines = [x for x in result.stdout.lines if "reference 0.950 -> this model 0.880" in x]
+    assert lines and all(BORDERLINE_CI in x for x in lines), lines
+    assert "significantly worse than the reference model test-model" in result.stdout.str()
+    props = properties(project, f"alpha--{CHALLENGER}")
+    assert props["reference_diff_ci_level"] == "0.9"
+    assert float(props["reference_diff_ci_high"]) < 0.0
+    runs = project.pytester.path / "outputs" / "evals"
+    (run_b,) = [p for p in (runs / f"alpha--default--{CHALLENGER}").iterdir() if p.is_dir()]
+    c = json.loads((run_b / "metadata.json").read_text())["vs_reference"]
+    assert (c["diff_ci_level"], c["regressed"]) == (0.9, True)
+    assert c["diff_ci_high"] < 0.0 and c["p_value"] == pytest.approx(0.0461, abs=1e-4)
+    report = _report(project)
+    assert "[-0.135, -0.001] (90%)" in report and "(95%)" not in report
+    (run_a,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
+    status, out = _compare(str(run_a), str(run_b))
+    assert status == 1 and BORDERLINE_CI in out and "FAIL: significant drop" in out, out
+    doc = json.loads(_compare(str(run_a), str(run_b), "--json")[1])["comparison"]
+    assert doc["confidence"] == 0.9 and doc["diff_ci_high"] < 0.0 and doc["regressed"]
+
+
+def test_a_regression_vs_the_baseline_comes_with_an_interval_below_zero_everywhere(
+    project: BenchmarkProject,
+) -> None:
+    """The same table against a stored baseline: the summary, JUnit, metadata.json's reasons
+    and the HTML report."""
+    _borderline(project, "gate: {min_avg_reward: 0.1}")
+    project.run("--snapshot-update").assert_outcomes(passed=1)
+    project.server.configure(accuracy=BORDERLINE_CHALLENGER, salt=BORDERLINE_SALT)
+    result = project.run("--eval-fresh", "--junitxml=report.xml")
+    result.assert_outcomes(failed=1)
+    lines = [x for x in result.stdout.lines if "baseline 0.950 -> run 0.880" in x]
+    assert lines and all(BORDERLINE_CI in x for x in lines), lines
+    props = properties(project, "alpha")
+    assert props["baseline_diff_ci_level"] == "0.9"
+    assert float(props["baseline_diff_ci_high"]) < 0.0
+    newest = project.run_dirs("alpha")[-1]
+    reasons = json.loads((newest / "metadata.json").read_text())["gate_reasons"]
+    assert any(BORDERLINE_CI in r for r in reasons), reasons
+    report = _report(project)
+    assert "[-0.135, -0.001] (90%)" in report and "(95%)" not in report
+
+
+def test_the_report_gives_each_comparison_its_own_level(project: BenchmarkProject) -> None:
+    """Benchmarks gated at different alphas: each row of the comparison with the reference
+    shows its own interval's level (1 - 2 alpha), not the first one's."""
+    project.add("alpha", n=20, gate="gate: {min_avg_reward: 0.1, vs_reference: {}}")
+    project.add("beta", n=20, gate="gate: {min_avg_reward: 0.1, vs_reference: {alpha: 0.01}}")
+    project.run(*two_models(project, 0.9, 0.9)).assert_outcomes(passed=4)
+    report = _report(project)
+    levels = {}
+    for name in ("alpha", "beta"):
+        group = report.split(f'data-benchmark="{name}"')[1].split("</table>")[0]
+        row = group.split('data-role="challenger"')[1].split("</tr>")[0]
+        levels[name] = [level for level in ("(90%)", "(98%)", "(95%)") if level in row]
+    assert levels == {"alpha": ["(90%)"], "beta": ["(98%)"]}, levels

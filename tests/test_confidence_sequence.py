@@ -7,7 +7,13 @@ import itertools
 import numpy as np
 import pytest
 
-from pytest_modal_eval.runs.early_stop import EarlyStop, send_order
+from pytest_modal_eval.runs.early_stop import (
+    REFERENCE,
+    EarlyStop,
+    PairedGate,
+    PendingPaired,
+    send_order,
+)
 from pytest_modal_eval.stats.confidence_sequence import BettingCS, paired_difference
 
 
@@ -133,3 +139,71 @@ def test_a_value_outside_zero_one_turns_early_stop_off_with_a_reason() -> None:
     early = EarlyStop([0, 1], [0, 1], {"avg_reward": 0.5}, 0.05)
     early.finished(0, {"avg_reward": 2.0})
     assert not early.decided and early.off is not None and "not in [0, 1]" in early.off
+
+
+def _pending_and_known(
+    reference: dict[str, float], arrives_after: int
+) -> tuple[PendingPaired, PairedGate, list[int]]:
+    """A reference comparison waiting for ``reference`` until ``arrives_after`` examples have
+    finished, the same comparison known from the start, and how often each was polled."""
+    finished = [0]
+
+    def poll() -> dict[str, float] | None:
+        return reference if finished[0] >= arrives_after else None
+
+    fields = (REFERENCE, "the reference model r", 0.0, 0.05, "gate.vs_reference.max_drop")
+    pending = PendingPaired(*fields, poll=poll, waiting="the reference model r is running")
+    return pending, PairedGate(fields[0], fields[1], reference, *fields[2:]), finished
+
+
+@pytest.mark.parametrize("arrives_after", [0, 30, 150])
+def test_a_comparison_taken_up_mid_run_is_the_one_known_from_the_start(arrives_after: int) -> None:
+    """The reference's means arrive after some examples (its run on another xdist worker): its
+    sequence takes the examples already taken, in order, and is the sequence the run would
+    have had with them known from the start; until then nothing is decided."""
+    rng = np.random.default_rng(arrives_after)
+    n = 300
+    reference = {str(i): float(rng.random() < 0.9) for i in range(n)}
+    run = [float(rng.random() < 0.4) for _ in range(n)]  # far worse: decided early
+    pending, known, finished = _pending_and_known(reference, arrives_after)
+    late = EarlyStop(list(range(n)), list(range(n)), {"avg_reward": 0.1}, 0.05, [pending])
+    early = EarlyStop(list(range(n)), list(range(n)), {"avg_reward": 0.1}, 0.05, [known])
+    for i in range(n):
+        late.finished(i, {"avg_reward": run[i]})
+        early.finished(i, {"avg_reward": run[i]})
+        finished[0] += 1
+        if late.pending:
+            assert not late.decided
+            continue
+        cs, same = late.paired_sequences[REFERENCE], early.paired_sequences[REFERENCE]
+        assert (cs.lower, cs.upper) == (same.lower, same.upper), i
+        if late.decided:
+            break
+    assert late.decision is not None and late.decision.regressed(REFERENCE) is True
+    assert early.decision is not None
+    assert late.decision.after == max(early.decision.after, arrives_after)
+    if early.decision.after >= arrives_after:
+        assert late.decision == early.decision
+
+
+def test_a_comparison_still_waiting_at_the_end_says_why_the_run_was_not_decided() -> None:
+    pending, _, _ = _pending_and_known({"0": 1.0}, arrives_after=10**9)
+    early = EarlyStop([0, 1], [0, 1], {"avg_reward": 0.1}, 0.05, [pending])
+    early.finished(0, {"avg_reward": 1.0})
+    early.finished(1, {"avg_reward": 1.0})
+    assert not early.decided
+    assert early.undecided() == "the reference model r is running; the run went on to the end"
+
+
+def test_a_reference_that_leaves_no_results_is_not_waited_for() -> None:
+    """Its comparison is not made (the gate fails for want of it): the minimum decides."""
+    fields = (REFERENCE, "the reference model r", 0.0, 0.05, "gate.vs_reference.max_drop")
+    pending = PendingPaired(*fields, poll=lambda: "it crashed", waiting="running")
+    n = 200
+    early = EarlyStop(list(range(n)), list(range(n)), {"avg_reward": 0.1}, 0.05, [pending])
+    for i in range(n):
+        early.finished(i, {"avg_reward": 1.0})
+        if early.decided:
+            break
+    assert early.decision is not None and early.decision.passed and early.decision.paired == ()
+    assert early.decision.after < n

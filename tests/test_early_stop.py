@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -247,3 +248,56 @@ def test_a_run_stopped_early_starts_no_local_server_again(local: LocalRuns) -> N
     again.assert_outcomes(passed=1)
     assert len(local.started()) == 1
     again.stdout.fnmatch_lines(["*stopped early with the gate decided*no server was started*"])
+
+
+def test_under_xdist_the_reference_comparison_is_taken_up_once_the_reference_finishes(
+    project: BenchmarkProject,
+) -> None:
+    """The reference on one worker, the challenger on the other: when the challenger starts,
+    the reference has not finished (a FIFO makes the reference wait for the challenger's
+    setup) and its comparison is open. The challenger's requests are held until the
+    reference's item is over; its sequences then take up the reference's results and the
+    comparison decides the run early."""
+    _two_models(project, 0.3)
+    fifo = project.pytester.path / "challenger-started"
+    os.mkfifo(fifo)
+    release = {"models": {"model-b": {"accuracy": 0.3, "salt": "b"}}}
+    project.server.configure(models={"model-b": {**release["models"]["model-b"], "hold": True}})
+    project.pytester.makeconftest(
+        f"""
+        import json
+        import urllib.request
+
+        import pytest
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_setup(item):
+            if item.name == "big--test-model":
+                with open({str(fifo)!r}, "rb"):  # until the challenger's setup is done
+                    pass
+            try:
+                return (yield)
+            finally:
+                if item.name == "big--model-b":
+                    with open({str(fifo)!r}, "wb"):
+                        pass
+
+        def pytest_runtest_teardown(item):
+            if item.name == "big--test-model":  # its results are posted: let model-b answer
+                request = urllib.request.Request(
+                    {project.server.url + "/admin/config"!r},
+                    data=json.dumps({json.dumps(release)}).encode(),
+                    headers={{"Content-Type": "application/json"}},
+                )
+                urllib.request.urlopen(request, timeout=10).close()
+        """
+    )
+    result = project.pytester.runpytest_subprocess(
+        *project.args("-n", "2", "--model", "model-b"), timeout=300
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    assert _newest_metadata(project)["n_evaluated"] == 400  # the reference: all of it
+    early = _challenger(project)["early_stop"]
+    assert early["decided"] and early["deciding"] == "vs_reference", early
+    assert early["comparisons"]["vs_reference"]["regressed"] is True
+    assert project.server.stats()["chat_requests:model-b"] < 0.5 * 400

@@ -29,6 +29,7 @@ from modal._utils.name_utils import is_valid_object_name
 
 from pytest_modal_eval.config.schema import InfraConfig, VllmConfig
 from pytest_modal_eval.exceptions import ServingError
+from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.serving.chat_template import TEMPLATES_DIR, log_line
 from pytest_modal_eval.serving.endpoint import ServerProfile
 from pytest_modal_eval.serving.modal import app as modal_app
@@ -405,6 +406,8 @@ FAKE_CLI = """
 import json, os, sys
 with open(os.environ["FAKE_MODAL_RECORD"], "a") as fh:
     fh.write(json.dumps({"argv": sys.argv[1:], "spec": os.environ.get("MODAL_EVAL_SPEC")}) + "\\n")
+if os.environ.get("FAKE_MODAL_SAY"):  # a container or the CLI printing a secret
+    print(os.environ["FAKE_MODAL_SAY"], file=sys.stderr)
 if sys.argv[1] == "deploy":
     if os.environ.get("FAKE_MODAL_DEPLOY") == "fail":
         print("Building image im-123\\nError: Secret 'huggingface' not found")
@@ -458,6 +461,42 @@ def test_failed_deploy_reports_log_and_app_logs(
     assert made[0]["argv"] == ["deploy", "-m", modal_app.__name__, "--name", name]
     assert made[0]["spec"] == spec.to_env()[modal_app.SPEC_ENV]
     assert made[1]["argv"] == ["app", "logs", name, "--tail", "200"]
+
+
+def test_modal_logs_hold_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_cli: tuple[list[str], Path]
+) -> None:
+    """The Modal CLI's output (deploy, ``modal app logs`` of the container) reaches
+    ``modal_vllm.log`` and the failure's message through the session's redactor: the proxy's
+    credentials and any secret the session knows are ``[redacted]``."""
+    cli, _ = fake_cli
+    environ = {
+        "MODAL_PROXY_TOKEN_ID": "wk-MARKmodal-id",
+        "MODAL_PROXY_TOKEN_SECRET": "ws-MARKmodal-secret",
+        "VLLM_API_KEY": "key-MARKmodal-vllm",
+    }
+    session_secret = "hf_MARKmodal_session"
+    monkeypatch.setenv("FAKE_MODAL_DEPLOY", "fail")
+    monkeypatch.setenv("FAKE_MODAL_SAY", " ".join([*environ.values(), session_secret]))
+    monkeypatch.setattr(ModalServer, "_web_url", lambda self, name: None)
+    logs = tmp_path / "logs"
+    server = ModalServer(
+        make_spec().profile,
+        logs_dir=logs,
+        environ=environ,
+        modal_cli=cli,
+        served_model_name="qwen",
+        redactor=Redactor([session_secret]),
+    )
+
+    with pytest.raises(ServingError) as info:
+        server.start()
+
+    log = (logs / "modal_vllm.log").read_text()
+    assert "Secret 'huggingface' not found" in log  # the CLI's output is there
+    assert log.count(" ".join(["[redacted]"] * 4)) == 2, log  # deploy, then app logs
+    assert "MARKmodal" not in log
+    assert "MARKmodal" not in str(info.value)
 
 
 class FakeVllm:

@@ -308,6 +308,25 @@ def test_waiting_lines_name_the_holder_and_the_wait_ends_when_it_is_released(
     waiter.release()
 
 
+def test_a_holder_record_with_terminal_escapes_is_shown_escaped(tmp_path: Path) -> None:
+    """``writer.json`` is a run file like any other: a host or item holding an OSC sequence is
+    named in the error with the sequence shown, never sent to the terminal."""
+    holder = RunWriter(WriterSpec(session="s", item="evals/a.yaml::a"))
+    assert holder.try_claim(tmp_path)
+    try:
+        record = json.loads(RunPaths(tmp_path).writer.read_text())
+        record.update(host="h\x1b]0;pwned\x07", item="i\x1b]52;c;aGk=\x07")
+        RunPaths(tmp_path).writer.write_text(json.dumps(record))
+        waiter = RunWriter(WriterSpec(session="t", item="evals/b.yaml::a", timeout_s=0))
+        with pytest.raises(RunLockError) as info:
+            waiter.claim(tmp_path)
+    finally:
+        holder.release()
+    message = str(info.value)
+    assert "on host h\\x1b]0;pwned\\x07" in message and "item i\\x1b]52;" in message, message
+    assert "\x1b" not in message
+
+
 @pytest.mark.parametrize(
     ("given", "expected"),
     [("0", "0.0"), ("12.5", "12.5"), ("none", "None")],

@@ -206,6 +206,19 @@ def test_report_into_a_missing_directory_is_a_clear_error(tmp_path: Path) -> Non
     )
 
 
+def test_a_push_to_an_unreachable_hub_is_one_line(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "evals", "r1", outputs())
+    result = CliRunner().invoke(
+        main,
+        ["push", str(run), "--to", "org/evals"],
+        env={"HF_TOKEN": "hf_x", "HF_ENDPOINT": "http://127.0.0.1:9"},
+    )
+    assert result.exit_code == 1, result.output
+    (line,) = result.output.strip().split("\n")
+    assert line.startswith("Error: could not push to org/evals at http://127.0.0.1:9 ("), line
+    assert line.endswith("pushing the same runs twice is safe)"), line
+
+
 # -- U+2028 and friends are text, not line ends -----------------------------------------------
 
 

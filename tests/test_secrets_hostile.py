@@ -9,11 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from pytest_modal_eval.cli import main
 from pytest_modal_eval.config.overrides import parse_override
 from pytest_modal_eval.exceptions import OptionError
-from tests.conftest import BenchmarkProject, read_jsonl
+from tests.conftest import BenchmarkProject, FakeServer, read_jsonl
 from tests.test_resume import start_pytest
+from tests.test_run_files import outputs, write_run
 
 KEY = "sk-hostile-MARKhostile-7f3a"
 
@@ -194,3 +197,39 @@ def wait_for_journal(project: BenchmarkProject, name: str) -> Path:
                 return journal
         time.sleep(0.05)
     raise AssertionError(f"no answer was journaled: {project.server.stats()}")
+
+
+def test_every_commands_error_line_is_redacted_and_escaped(tmp_path: Path) -> None:
+    """A run file that quotes the key and a terminal escape in a bad field: each command's one
+    error line names the field with ``[redacted]`` and the escape shown, never obeyed."""
+    run = write_run(tmp_path / "evals", "r1", outputs())
+    results = run / "results.jsonl"
+    hostile = json.dumps(f"\x1b]0;pwned\x07 {KEY}")
+    results.write_text(results.read_text().replace('"reward": 1.0', f'"reward": {hostile}', 1))
+    commands = {
+        "show": ["show", str(run)],
+        "report": ["report", str(run), "-o", str(tmp_path / "r.html")],
+        "compare": ["compare", str(run), str(run)],
+        "push": ["push", str(run), "--to", "org/evals"],
+    }
+    for name, args in commands.items():
+        result = CliRunner().invoke(main, args, env={"OPENAI_API_KEY": KEY, "HF_TOKEN": "hf_x"})
+        assert result.exit_code != 0, (name, result.output)
+        (line,) = result.output.strip().split("\n")
+        assert "field reward:" in line and "\\x1b]0;pwned\\x07 [redacted]" in line, (name, line)
+        assert "MARKhostile" not in line and "\x1b" not in line, (name, line)
+
+
+def test_doctor_shows_a_hostile_model_list_redacted(
+    fake_server: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint whose model list names the caller's key (a careless gateway): ``doctor``
+    quotes the list with the key replaced, as text and as JSON."""
+    monkeypatch.chdir(tmp_path)  # a project of no benchmarks
+    fake_server.configure(require_key=KEY, echo_auth=True)
+    args = ["doctor", "--no-modal", "--base-url", fake_server.base_url, "--model", "other"]
+    for extra in ([], ["--json"]):
+        result = CliRunner().invoke(main, [*args, *extra], env={"OPENAI_API_KEY": KEY})
+        assert result.exit_code == 1, result.output
+        assert "echo Bearer [redacted]" in result.output, result.output
+        assert "MARKhostile" not in result.output

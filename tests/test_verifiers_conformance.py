@@ -21,7 +21,7 @@ import pytest
 
 from pytest_modal_eval.client.verifiers_adapter import installed_api
 from tests.support.v1_runs import SUM_TASKS as COMMON
-from tests.support.v1_runs import run_v1, vf_eval
+from tests.support.v1_runs import run_v1, vf_eval, vf_eval_args
 
 pytestmark = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
 
@@ -169,12 +169,50 @@ if __name__ == "__main__":  # the shared tool server: python -m conf_tools
     KeyToolset.run()
 """
 
+# A zero-sum game: the seat that answers right while the other does not wins 2, the other
+# loses 2; a draw pays 0. Its tasks reward nothing themselves: the payoff is the reward.
+SHAPES["conf_zerosum"] = """
+class HandTask(vf.Task[SumData]):
+    pass
+
+
+class ZeroSumConfig(vf.TasksetConfig):
+    id: str = "conf-zerosum"
+    follow_up: bool = False
+
+
+class ZeroSumTaskset(vf.Taskset[HandTask, ZeroSumConfig]):
+    def load(self):
+        for task in sums(self.config, 8, 90):
+            yield HandTask(task.data, task.config)
+
+
+class ZeroSumEnvConfig(vf.EnvConfig):
+    first: vf.AgentConfig = vf.AgentConfig()
+    second: vf.AgentConfig = vf.AgentConfig()
+
+
+class ZeroSumEnv(vf.Env[ZeroSumEnvConfig]):
+    async def run(self, task, agents):
+        second = SumData(prompt=task.data.follow_up, answer=str(int(task.data.answer) + 5))
+        one = await agents.first.run(task)
+        two = await agents.second.run(type(task)(second, task.config))
+        right = [boxed(one.last_reply) == task.data.answer, boxed(two.last_reply) == second.answer]
+        net = 2.0 * (right[0] - right[1])
+        one.record_reward("payoff", net)
+        two.record_reward("payoff", -net)
+
+
+__all__ = ["ZeroSumTaskset", "ZeroSumEnv"]
+"""
+
 #: Each shape's seats, the seat the benchmark scores, and the harness verifiers resolves.
 SEATS = {
     "conf_plain": (["agent"], None, "bash"),
     "conf_bundled": (["agent"], None, "conf-bundled"),
     "conf_user": (["agent"], None, "bash"),
     "conf_game": (["first", "second"], "second", "bash"),
+    "conf_zerosum": (["first", "second"], "first", "bash"),
     # verifiers' null harness: the test server calls the first tool offered (bash offers its own).
     "conf_tools": (["agent"], None, "null"),
 }
@@ -196,21 +234,10 @@ def vf_eval_rewards(
     """(task idx, seat) -> reward from verifiers' own ``vf-eval`` (no upload, every seat in
     the subprocess runtime)."""
     seats, _, _ = SEATS[env_id.replace("-", "_")]
-    args = [
-        env_id,
-        "-m",
-        "test-model",
-        "--client.base-url",
-        base_url,
-        "--client.api-key-var",
-        "PYTEST_MODAL_EVAL_NO_KEY",
-        "-c",
-        "4",
-    ]
-    for seat in seats:
-        args += [f"--env.{seat}.runtime.type", "subprocess"]
-    if env_id == "conf-tools":
-        args += ["--env.agent.harness.id", "null"]
+    # verifiers' null harness for the tool server (the test server calls the first tool
+    # offered, and bash offers its own); every other shape plays the harness it declares.
+    harness = "null" if env_id == "conf-tools" else None
+    args = vf_eval_args(env_id, base_url, seats, harness)
     episodes = vf_eval(modules, args, out)
     import verifiers.v1 as vf
 
@@ -255,8 +282,9 @@ def test_plugin_and_vf_eval_give_identical_rewards(
             beside = {seat: other["reward"] for seat, other in (output.get("seats") or {}).items()}
             assert beside == {s: expected[(example_id, s)] for s in seats if s != output["agent"]}
     assert got == expected
-    rewards = list(expected.values())
-    assert 0.0 in rewards and 1.0 in rewards  # the endpoint answers some right, some wrong
+    rewards = set(expected.values())
+    # The endpoint answers some right, some wrong (the game pays a win, a loss or a draw).
+    assert rewards >= ({-2.0, 2.0} if shape == "conf_zerosum" else {0.0, 1.0})
 
 
 def test_bundled_harness_and_scripted_user_reach_the_endpoint_as_declared(
@@ -358,20 +386,18 @@ def test_an_infinite_taskset_runs_its_first_num_examples(
     assert [t.data.prompt for t in env.tasks] == [f"What is {i} + 1?" for i in range(3)]
 
 
-def _game_project(project: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def _game_project(project: Any, monkeypatch: pytest.MonkeyPatch, shape: str = "conf_game") -> None:
     """The two-seat game importable by the inner pytest run and its tool processes."""
     modules = project.pytester.path / "tasksets"
     modules.mkdir()
-    (modules / "conf_game.py").write_text(
-        textwrap.dedent(COMMON) + textwrap.dedent(SHAPES["conf_game"])
-    )
+    (modules / f"{shape}.py").write_text(textwrap.dedent(COMMON) + textwrap.dedent(SHAPES[shape]))
     project.pytester.syspathinsert(modules)
     monkeypatch.setenv("PYTHONPATH", str(modules))
 
 
-def _game_yaml(project: Any, agent: str, gate: str) -> None:
+def _game_yaml(project: Any, agent: str, gate: str, env_id: str = "conf-game") -> None:
     (project.evals / "game.yaml").write_text(
-        f"env_id: conf-game\nagent: {agent}\neval: {{max_retries: 0}}\ngate: {gate}\n"
+        f"env_id: {env_id}\nagent: {agent}\neval: {{max_retries: 0}}\ngate: {gate}\n"
     )
 
 
@@ -552,6 +578,47 @@ def test_the_gate_applies_to_the_named_seat_or_to_every_seat(
     assert project.run_dirs("game") == [run_dir]
 
 
+def test_a_game_s_payoffs_keep_their_range_in_records_intervals_and_gates(
+    project: Any, fake_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Payoffs of -2, 0 and +2: each seat's records hold them, each seat's interval lies in
+    [-2, 2] (not in [0, 1]), and a negative gate.min_avg_reward passes or fails the losing
+    seat by its own mean."""
+    from tests.conftest import read_jsonl
+
+    _game_project(project, monkeypatch, "conf_zerosum")
+    fake_server.configure(accuracy=0.5, salt="conf_zerosum")
+    agent = "{seat: first, harness: 'null'}"
+    _game_yaml(project, agent, "{min_avg_reward: -2}", "conf-zerosum")
+    project.run().assert_outcomes(passed=1)
+    (run_dir,) = project.run_dirs("game")
+    records = read_jsonl(run_dir / "results.jsonl")
+    assert {r["agent"] for r in records} == {"first", "second"}
+    assert {r["reward"] for r in records} >= {-2.0, 2.0}
+    for first, second in zip(records[::2], records[1::2], strict=True):
+        assert first["reward"] == -second["reward"]
+    seats = json.loads((run_dir / "metadata.json").read_text())["seats"]
+    loser = min(seats, key=lambda seat: seats[seat]["avg_reward"])
+    mean = seats[loser]["avg_reward"]
+    assert mean < 0  # zero-sum: one seat's mean is the other's, negated, and not 0 here
+    for figures in seats.values():
+        low, high = figures["ci"]
+        assert -2.0 <= low <= figures["avg_reward"] <= high <= 2.0
+    assert seats[loser]["ci"][0] < 0.0
+
+    fake_server.reset()
+    named = f"{{seat: {loser}, harness: 'null'}}"
+    _game_yaml(project, named, "{min_avg_reward: -1.99}", "conf-zerosum")
+    project.run().assert_outcomes(passed=1)
+    above = mean / 2  # negative, and above the losing seat's mean
+    _game_yaml(project, named, f"{{min_avg_reward: {above}}}", "conf-zerosum")
+    result = project.run()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*seat {loser}: mean reward -* < gate.min_avg_reward -*"])
+    assert fake_server.stats().get("chat_requests", 0) == 0  # the same run, re-read
+    assert project.run_dirs("game") == [run_dir]
+
+
 def test_a_seat_the_episode_never_played_errors_every_seat() -> None:
     """An episode that ran one of its two seats: the missing seat's record says so (it does not
     take the other seat's trace) and the played seat's record errors with it."""
@@ -578,6 +645,71 @@ def test_a_seat_the_episode_never_played_errors_every_seat() -> None:
     assert second["completion"] == []
     assert first["error"]["error"] == "SeatError"
     assert "seat 'second' of the same episode errored" in first["error"]["message"]
+
+
+def test_an_episode_that_failed_before_a_seat_played_names_its_error() -> None:
+    """A task whose setup failed leaves no trace: the record carries the episode's error,
+    not only that the seat did not play."""
+    import verifiers.v1 as vf
+    from verifiers.v1.trace import Error
+
+    from pytest_modal_eval.client.verifiers_v1 import _Rollout, episode_outputs
+
+    data = vf.TaskData(prompt="What is 2 + 2?")
+    failed = Error(type="TaskError", message="task setup: RuntimeError: root setup failed")
+    episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=[], errors=[failed])
+    (output,) = episode_outputs(0, vf.Task(data), episode, ["agent"], _Rollout(0, 0, []))
+    assert output["error"] == {
+        "error": "TaskError",
+        "message": "task setup: RuntimeError: root setup failed",
+    }
+
+
+def test_a_seat_played_several_times_in_an_episode_keeps_every_play() -> None:
+    """A seat an episode plays several times (best-of-n's attempts, a proposer's problem
+    fanned out to solvers): its record's reward and metrics are the means over its plays, as
+    ``vf-eval`` averages every trace, each play is under ``attempts``, and the other seat's
+    record sees every one of them."""
+    import verifiers.v1 as vf
+
+    from pytest_modal_eval.client.verifiers_v1 import _Rollout, episode_outputs
+    from pytest_modal_eval.runs.record import rollout_record
+
+    data = vf.TaskData(prompt="What is 2 + 2?")
+
+    def play(seat: str, reward: float) -> vf.Trace:
+        trace = vf.Trace(
+            task=vf.TraceTask(type="Task", data=data),
+            agent=vf.AgentInfo(config=vf.AgentConfig(), name=seat),
+            ok=True,
+            is_completed=True,
+        )
+        trace.record_reward("correct", reward)
+        trace.record_metric("turns", 2.0 if reward else 1.0)
+        return trace
+
+    solves = [play("solver", 1.0), play("solver", 0.0), play("solver", 0.0)]
+    traces = [play("proposer", 0.5), *solves]
+    episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=traces, ok=True)
+    proposer, solver = episode_outputs(
+        3, vf.Task(data), episode, ["proposer", "solver"], _Rollout(3, 0, [])
+    )
+    assert solver["reward"] == pytest.approx(1 / 3)
+    assert solver["metrics"] == {"correct": pytest.approx(1 / 3), "turns": pytest.approx(4 / 3)}
+    assert [a["reward"] for a in solver["attempts"]] == [1.0, 0.0, 0.0]
+    assert set(solver["seats"]) == {"proposer"} and "attempts" not in proposer
+    beside = proposer["seats"]["solver"]
+    assert beside["reward"] == pytest.approx(1 / 3)
+    assert [a["reward"] for a in beside["attempts"]] == [1.0, 0.0, 0.0]
+    assert rollout_record(solver, 0, "default")["attempts"] == solver["attempts"]
+    assert rollout_record(proposer, 0, "default")["attempts"] == []
+
+    # One seat's every play, named or not, is its own; one errored play errors the record.
+    unnamed = [play("", 1.0), play("", 1.0)]
+    unnamed[1].record_error(RuntimeError("boom"))
+    episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=unnamed, ok=True)
+    (only,) = episode_outputs(0, vf.Task(data), episode, ["agent"], _Rollout(0, 0, []))
+    assert len(only["attempts"]) == 2 and only["error"] is not None
 
 
 def test_the_seats_of_an_episode_are_errored_together(

@@ -95,10 +95,10 @@ def scored(reward: float | None, metrics: dict[str, Any]) -> tuple[Any, ...]:
         Shipped("single-agent", {}, [], ["agent"], {"test-model": 4}, {"correct"}),
         Shipped(
             "best-of-n",
-            {"n": 2},
-            ["--env.n", "2"],
+            {"n": 3},
+            ["--env.n", "3"],
             ["agent"],
-            {"test-model": 8},
+            {"test-model": 12},
             {"best", "correct", "pass_at_n"},
         ),
         Shipped(
@@ -157,13 +157,14 @@ def test_a_shipped_env_chosen_by_id_plays_as_vf_eval_plays_it(
     for example_id, outputs in finished.items():
         assert [o["agent"] for o in outputs] == shipped.seats
         assert all(o["error"] is None for o in outputs), [o["error"] for o in outputs]
-        first = outputs[0]
-        got[example_id] = sorted(
-            [
-                scored(first["reward"], first["metrics"]),
-                *(scored(s["reward"], s["metrics"]) for s in first.get("seats", {}).values()),
-            ]
-        )
+        # Every trace: a seat's own record, or each of its plays (best-of-n's attempts), whose
+        # mean is the record's reward.
+        plays = [play for o in outputs for play in (o.get("attempts") or [o])]
+        for output in outputs:
+            if output.get("attempts"):
+                rewards = [a["reward"] for a in output["attempts"]]
+                assert output["reward"] == pytest.approx(sum(rewards) / len(rewards))
+        got[example_id] = sorted(scored(p["reward"], p["metrics"]) for p in plays)
     assert got == expected
     assert chat_counts(fake_server) == requests
 

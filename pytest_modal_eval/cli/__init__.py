@@ -30,17 +30,25 @@ class LazyGroup(click.Group):
     """A group whose commands are imported when used (or when ``--help`` lists them).
 
     A damaged run file, a run that cannot be found or a file that cannot be written ends any
-    command in the same one line (``Error: ...``, exit status 1), with no traceback.
+    command in the same one line (``Error: ...``, exit status 1), with no traceback. Every
+    error line is shown as the commands' output is (``cli.common.shown``): it may quote a run
+    file or a server, so secrets are replaced and control characters escaped.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
+        from pytest_modal_eval.cli.common import shown
         from pytest_modal_eval.exceptions import RecordingError, RunFileError
         from pytest_modal_eval.runs.locate import RunNotFound
 
         try:
-            return super().invoke(ctx)
-        except (RunFileError, RunNotFound, RecordingError) as exc:
-            raise click.ClickException(str(exc)) from None
+            try:
+                return super().invoke(ctx)
+            except (RunFileError, RunNotFound, RecordingError) as exc:
+                raise click.ClickException(str(exc)) from None
+        except click.ClickException as exc:
+            # click types ``message`` as final; it is a plain attribute its ``show`` reads.
+            setattr(exc, "message", shown(exc.message, context=ctx))  # noqa: B010
+            raise
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*super().list_commands(ctx), *COMMANDS]

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from pytest_modal_eval.cli.common import echo_json, json_option, table
+from pytest_modal_eval.cli.common import echo_json, json_option, say, table
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.collect.items import matches_benchmark_patterns
 from pytest_modal_eval.config.loader import load_benchmark
@@ -85,7 +85,7 @@ def benchmarks(paths: tuple[Path, ...], as_json: bool) -> None:
     else:
         good = [row for row in rows if "error" not in row]
         if good:
-            click.echo(
+            say(
                 table(
                     ["NAME", "ENV_ID", "INSTALLED", "GPU", "TP/DP", "EXAMPLES", "ROLLOUTS", "GATE"],
                     [
@@ -109,6 +109,6 @@ def benchmarks(paths: tuple[Path, ...], as_json: bool) -> None:
                 f"{' '.join(project.ini_lines('modal_eval_files', DEFAULT_FILES))})"
             )
         for row in bad:
-            click.echo(f"\nINVALID {row['error']}", err=True)
+            say(f"\nINVALID {row['error']}", err=True)
     if bad:
         raise SystemExit(1)

@@ -1,4 +1,10 @@
-"""What the commands share: the output-directory option, JSON output, tables, times."""
+"""What the commands share: the output-directory option, terminal and JSON output, tables, times.
+
+Every line a command prints that holds text from a run, a server or Modal goes through
+:func:`shown` (or :func:`say`, :func:`echo_json`): the secrets a pytest session of the project
+would know become ``[redacted]`` and control characters are shown escaped. The group does the
+same to every error line (``cli.LazyGroup``).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from pytest_modal_eval.config.locations import output_dir_from
-from pytest_modal_eval.terminal_text import escape_json
+from pytest_modal_eval.terminal_text import escape, escape_json
 
 if TYPE_CHECKING:
     from pytest_modal_eval.cli.project import Project
@@ -46,11 +52,50 @@ def api_key_env_option(function: F) -> F:
     )(function)
 
 
+#: ``click.Context.meta`` key (shared by a command and the group) of the command's redactor.
+_REDACTOR = "pytest_modal_eval.redactor"
+
+
 def project_redactor(api_key_env: str | None) -> Redactor:
-    """The secrets a pytest session in this directory would know from its environment."""
+    """The secrets a pytest session in this directory would know from its environment; also
+    what :func:`shown` uses from now on in this command."""
     from pytest_modal_eval.cli.project import Project
 
-    return Project.find().redactor(api_key_env)
+    redactor = Project.find().redactor(api_key_env)
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.meta[_REDACTOR] = redactor
+    return redactor
+
+
+def command_redactor(context: click.Context | None = None) -> Redactor:
+    """The running command's redactor: the one :func:`project_redactor` made (with the
+    command's ``--api-key-env``), else the project's (an unreadable ini file: the
+    environment's)."""
+    from pytest_modal_eval.redact import Redactor
+
+    context = context or click.get_current_context(silent=True)
+    if context is not None and _REDACTOR in context.meta:
+        found: Redactor = context.meta[_REDACTOR]
+        return found
+    try:
+        return project_redactor(None)
+    except Exception:  # an ini file pytest cannot read: the error being shown is the news
+        redactor = Redactor.from_environ()
+        if context is not None:
+            context.meta[_REDACTOR] = redactor
+        return redactor
+
+
+def shown(text: str, *, newlines: bool = True, context: click.Context | None = None) -> str:
+    """``text`` as a command prints it: the secrets :func:`command_redactor` knows replaced,
+    control characters escaped (newlines kept unless ``newlines`` is false)."""
+    return escape(command_redactor(context).text(text), newlines=newlines)
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """Print a line of text that may come from a run, a server or Modal (see :func:`shown`)."""
+    click.echo(shown(text), err=err)
 
 
 def json_option(function: F) -> F:
@@ -78,7 +123,9 @@ def resolve_output_dir(
 
 
 def echo_json(value: Any) -> None:
-    click.echo(escape_json(json.dumps(value, indent=2, ensure_ascii=False, default=str)))
+    """``value`` as JSON, its secrets replaced and control characters escaped."""
+    clean = command_redactor().json(value, by_name=False, default=str)
+    click.echo(escape_json(json.dumps(clean, indent=2, ensure_ascii=False, default=str)))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -13,19 +13,17 @@ and its rollouts by index (pairing across seats would average a game's opposite 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import click
 
-from pytest_modal_eval.cli.common import output_dir_option, resolve_output_dir
+from pytest_modal_eval.cli.common import echo_json, output_dir_option, resolve_output_dir, say
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.runs.locate import FIND_RUNS, RunNotFound, find_run
 from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.runs.resume import comparable_fields
-from pytest_modal_eval.terminal_text import escape
 
 EXIT_DROP = 1
 EXIT_UNUSABLE = 2
@@ -91,10 +89,8 @@ def compare(
         raise CompareError(str(exc)) from None
     if a.benchmark != b.benchmark:
         raise CompareError(
-            escape(
-                f"{a.path} is a run of benchmark {a.benchmark!r}, {b.path} of {b.benchmark!r}: "
-                "compare runs of one benchmark"
-            )
+            f"{a.path} is a run of benchmark {a.benchmark!r}, {b.path} of {b.benchmark!r}: "
+            "compare runs of one benchmark"
         )
     differences = a.differences(b)
     try:
@@ -123,16 +119,16 @@ def compare(
             "comparison": c.to_dict(),
             "warnings": [warning] if warning else [],
         }
-        click.echo(json.dumps(document, indent=2))
+        echo_json(document)
     else:
         subject = f"{a.benchmark}[{a.seat}]" if a.seat else a.benchmark
-        click.echo(escape(f"{subject}: {b.model} ({b.path.name}) vs {a.model} ({a.path.name})"))
+        say(f"{subject}: {b.model} ({b.path.name}) vs {a.model} ({a.path.name})")
         for line in describe_comparison(c, "A", "B"):
-            click.echo(f"  {line}")
+            say(f"  {line}")
         if differences:
-            click.echo(f"  note: the runs' configurations differ in: {', '.join(differences)}")
+            say(f"  note: the runs' configurations differ in: {', '.join(differences)}")
         if warning:
-            click.echo(f"  WARNING: {warning}")
+            say(f"  WARNING: {warning}")
         click.echo(f"  {'FAIL: significant drop' if c.regressed else 'OK: no significant drop'}")
     if c.regressed:
         raise SystemExit(EXIT_DROP)
@@ -173,13 +169,11 @@ class StoredRun:
             run.seat = seat if seat is not None else meta.get("seat")
             if run.seat not in seats:
                 raise CompareError(
-                    escape(
-                        f"{paths.dir} has no seat {run.seat!r}; its seats: {', '.join(seats)} "
-                        "(choose one with --seat)"
-                    )
+                    f"{paths.dir} has no seat {run.seat!r}; its seats: {', '.join(seats)} "
+                    "(choose one with --seat)"
                 )
         elif seat is not None:
-            raise CompareError(escape(f"{paths.dir} is a run of one seat: leave out --seat"))
+            raise CompareError(f"{paths.dir} is a run of one seat: leave out --seat")
         rewards: dict[str, list[float]] = defaultdict(list)
         for record in paths.records():
             if run.seat is not None and record.get("agent") != run.seat:

@@ -108,7 +108,7 @@ def deploy(
     `pytest evals/ --model MODEL` then uses it instead of deploying again, and does not stop
     it. Apply changed scaling settings by deploying again.
     """
-    from pytest_modal_eval.cli.common import resolve_output_dir
+    from pytest_modal_eval.cli.common import project_redactor, resolve_output_dir, say
     from pytest_modal_eval.exceptions import ServingError
     from pytest_modal_eval.serving.modal.backend import ModalServer
 
@@ -120,6 +120,7 @@ def deploy(
         keep_deployment=True,
         served_model_name=model,
         redeploy=True,
+        redactor=project_redactor(None),
         **((ctx.find_root().obj or {}).get("modal_server_options") or {}),
     )
     began = time.monotonic()
@@ -132,12 +133,12 @@ def deploy(
     except ServingError as exc:
         raise click.ClickException(str(exc)) from None
     name = spec.app_name()
-    click.echo(
+    say(
         f"deployed {name}  ({model}, GPU {spec.profile.infra.gpu}, "
         f"min/max containers {spec.profile.infra.min_containers}/"
         f"{spec.profile.infra.max_containers})"
     )
-    click.echo(f"url: {server.url}")
+    say(f"url: {server.url}")
     timings = server.timings
     if timings:
         click.echo(

@@ -22,10 +22,12 @@ from pytest_modal_eval.cli.common import (
     json_option,
     output_dir_option,
     resolve_output_dir,
+    say,
 )
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.config.locations import vllm_interpreter, vllm_python_from
 from pytest_modal_eval.config.options import base_url_problem
+from pytest_modal_eval.serving.modal.access import reachable
 
 OK, FAIL, SKIP, WARN = "ok", "FAIL", "skipped", "warn"
 
@@ -36,20 +38,6 @@ class Check:
     status: str  # ok | FAIL | skipped (could not be made) | warn (not needed by every run)
     detail: str
     fix: str = ""
-
-
-def _reachable(url: str, timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the URL's host opens (no request is sent)."""
-    import socket
-    from urllib.parse import urlparse
-
-    parsed = urlparse(url)
-    port = parsed.port or (443 if parsed.scheme in ("https", "grpcs") else 80)
-    try:
-        with socket.create_connection((parsed.hostname or "", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def check_modal_token(online: bool) -> list[Check]:
@@ -71,7 +59,7 @@ def check_modal_token(online: bool) -> list[Check]:
     server = str(config.get("server_url"))
     if not online:
         return [found, Check("modal token valid", SKIP, "not checked (--offline)")]
-    if not _reachable(server):
+    if not reachable(server):
         return [found, Check("modal token valid", SKIP, f"{server} not reachable: not checked")]
     try:
         modal.Client.verify(server, (token_id, secret))
@@ -362,11 +350,11 @@ def doctor(
         echo_json({"ok": not failed, "checks": [asdict(c) for c in checks]})
     else:
         for check in checks:
-            click.echo(f"{MARK[check.status]} {check.name}: {check.detail}")
+            say(f"{MARK[check.status]} {check.name}: {check.detail}")
             if check.fix and check.status in (FAIL, WARN):
-                click.echo(f"       fix: {check.fix}")
+                say(f"       fix: {check.fix}")
         skipped = [c.name for c in checks if c.status == SKIP]
         if skipped:
-            click.echo(f"not checked: {', '.join(skipped)}")
+            say(f"not checked: {', '.join(skipped)}")
     if failed:
         raise SystemExit(1)

@@ -17,6 +17,7 @@ from pytest_modal_eval.cli.common import (
     output_dir_option,
     project_redactor,
     resolve_output_dir,
+    say,
 )
 from pytest_modal_eval.exceptions import ShareError
 from pytest_modal_eval.runs.locate import find_locations
@@ -73,7 +74,7 @@ def push(
             folder = Path(location).is_dir() and not RunPaths(Path(location)).is_run()
             for paths in found:
                 if folder and not paths.finished():
-                    click.echo(f"skipped {paths.dir}: not finished")
+                    say(f"skipped {paths.dir}: not finished")
                     continue
                 runs.append(bundle.load_run(paths.dir, redactor))
         if not runs:
@@ -81,8 +82,8 @@ def push(
         latest = bundle.latest_per_config(runs)
         for run in runs:
             if latest[run.config_name] is not run:
-                click.echo(f"skipped {run.paths.dir}: {latest[run.config_name].run_id} is newer")
+                say(f"skipped {run.paths.dir}: {latest[run.config_name].run_id} is newer")
         result = hub.push_runs(runs, repo_id, token=token, redactor=redactor, private=private)
     except ShareError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(result.describe())
+    say(result.describe())

@@ -11,6 +11,7 @@ from pytest_modal_eval.cli.common import (
     output_dir_option,
     project_redactor,
     resolve_output_dir,
+    say,
 )
 from pytest_modal_eval.report.html import write_report
 from pytest_modal_eval.report.page import ReportError
@@ -71,4 +72,4 @@ def report(
         raise click.ClickException(str(exc)) from None
     examples = sum(len(b.rows) for b in benchmarks)
     written = f"{len(benchmarks)} run" + ("" if len(benchmarks) == 1 else "s")
-    click.echo(f"wrote {output} ({written}, {examples} examples)")
+    say(f"wrote {output} ({written}, {examples} examples)")

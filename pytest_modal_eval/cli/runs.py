@@ -12,12 +12,13 @@ from pytest_modal_eval.cli.common import (
     json_option,
     output_dir_option,
     resolve_output_dir,
+    say,
+    shown,
     table,
 )
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.runs.locate import list_runs
 from pytest_modal_eval.runs.paths import RunListing
-from pytest_modal_eval.terminal_text import escape
 
 
 def reward_text(run: RunListing) -> str:
@@ -68,7 +69,7 @@ def row(run: RunListing) -> list[str]:
         run_time(run.eval_s),
         run_time(run.server_s),
     ]
-    return [escape(cell) for cell in cells]
+    return [shown(cell, newlines=False) for cell in cells]
 
 
 @click.command()
@@ -111,7 +112,7 @@ def runs(
         _print(found, root, filtered=benchmark is not None or model is not None, as_json=as_json)
     finally:
         for problem in problems:
-            click.echo(f"Error: {problem}", err=True)
+            say(f"Error: {problem}", err=True)
     if problems:
         raise SystemExit(1)
 
@@ -122,9 +123,9 @@ def _print(found: list[RunListing], root: object, *, filtered: bool, as_json: bo
         return
     if not found:
         if filtered:
-            click.echo(f"no runs match in {root}; `pytest-modal-eval runs` lists every run")
+            say(f"no runs match in {root}; `pytest-modal-eval runs` lists every run")
         else:
-            click.echo(f"no runs in {root}")
+            say(f"no runs in {root}")
         return
     headers = [
         "BENCHMARK",

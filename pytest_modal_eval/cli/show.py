@@ -14,26 +14,25 @@ from pytest_modal_eval.cli.common import (
     output_dir_option,
     project_redactor,
     resolve_output_dir,
+    shown,
 )
 from pytest_modal_eval.cli.runs import reward_text, seat_text, time_text
 from pytest_modal_eval.gate.verdict import ReferenceComparison
 from pytest_modal_eval.runs.locate import find_run
 from pytest_modal_eval.runs.paths import read_listing
 from pytest_modal_eval.stats.format import describe_comparison
-from pytest_modal_eval.terminal_text import escape
 
 
 def _text(messages: Any, limit: int = 400) -> str:
-    """A prompt or completion (a list of chat messages, or a string) as one short line, its
-    control characters shown escaped (a model's text never drives the terminal)."""
+    """A prompt or completion (a list of chat messages, or a string) as one short line (its
+    control characters are escaped as the line is printed)."""
     if isinstance(messages, list):
         parts = [str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in messages]
         text = " | ".join(p for p in parts if p)
     else:
         text = "" if messages is None else str(messages)
     text = " ".join(text.split())
-    text = text if len(text) <= limit else text[: limit - 1] + "…"
-    return escape(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @click.command()
@@ -86,28 +85,30 @@ def show(
         return
 
     def echo(line: str) -> None:
-        click.echo(redactor.text(line))
+        # Secrets replaced, control characters escaped: a model's text never drives the
+        # terminal, and each line stays one line.
+        click.echo(shown(line, newlines=False))
 
-    echo(escape(f"run {listing.run_id}  {paths.dir}"))
-    echo(escape(f"  benchmark {listing.benchmark}   model {listing.model}"))
+    echo(f"run {listing.run_id}  {paths.dir}")
+    echo(f"  benchmark {listing.benchmark}   model {listing.model}")
     echo(f"  state     {listing.state_text}")
     echo(f"  reward    {reward_text(listing)}")
     metadata = paths.read_metadata() or {}
     for name, figures in (metadata.get("seats") or {}).items():
-        echo(escape(f"    {name}: {seat_text(figures)}"))
+        echo(f"    {name}: {seat_text(figures)}")
     if listing.verdict:
-        echo(escape(f"  verdict   {listing.verdict}"))
+        echo(f"  verdict   {listing.verdict}")
     echo(f"  time      {time_text(listing)}")
     if isinstance(vs_reference := metadata.get("vs_reference"), dict):
         # The comparison the session's summary printed, in the same words.
         reference = ReferenceComparison.from_dict(vs_reference)
         lines = describe_comparison(reference.comparison, "reference", "this model")
-        echo(escape(f"  vs        {reference.model} (reference, run {reference.run_id}):"))
+        echo(f"  vs        {reference.model} (reference, run {reference.run_id}):")
         for line in lines:
-            echo(escape(f"            {line}"))
+            echo(f"            {line}")
     startup = config.get("server_startup")
     if isinstance(startup, dict) and startup:
-        echo(escape("  start-up  " + ", ".join(f"{k} {v}s" for k, v in startup.items())))
+        echo("  start-up  " + ", ".join(f"{k} {v}s" for k, v in startup.items()))
     echo("configuration:")
     for key in ("env_id", "endpoint", "sampling", "rollouts", "num_examples", "chat_template"):
         if key in config:
@@ -126,7 +127,7 @@ def show(
         mark = "ERROR" if record.get("error") else f"reward {float(record.get('reward') or 0):g}"
         # Several seats: one record per seat per rollout, each named.
         seat = f" [{record['agent']}]" if record.get("seats") and record.get("agent") else ""
-        echo(escape(f"- #{record['example_id']} r{record.get('rollout') or 0}{seat}  {mark}"))
+        echo(f"- #{record['example_id']} r{record.get('rollout') or 0}{seat}  {mark}")
         echo(f"    prompt:     {_text(record.get('prompt'))}")
         echo(f"    completion: {_text(record.get('completion'))}")
         echo(f"    answer:     {_text(record.get('answer'))}")

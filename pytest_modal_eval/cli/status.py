@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from pytest_modal_eval.cli.common import age, echo_json, json_option, table
+from pytest_modal_eval.cli.common import age, echo_json, json_option, say, shown, table
 from pytest_modal_eval.cli.modal_apps import modal_apps
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.runs.paths import parse_time
@@ -49,7 +49,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if not rows:
         click.echo("no deployments of pytest-modal-eval on Modal")
         return
-    click.echo(
+    # Each cell on one line: a name or URL with a newline would break the table.
+    shown_rows: list[dict[str, Any]] = [
+        {k: shown(v, newlines=False) if isinstance(v, str) else v for k, v in row.items()}
+        for row in rows
+    ]
+    say(
         table(
             ["APP", "MODEL", "GPU", "TP/DP", "STATE", "CONTAINERS", "AGE", "LAST START-UP", "URL"],
             [
@@ -64,7 +69,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
                     _startup_text(row["startups"]),
                     row["url"] or "-",
                 ]
-                for row in rows
+                for row in shown_rows
             ],
         )
     )

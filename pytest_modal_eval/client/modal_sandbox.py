@@ -47,15 +47,19 @@ from verifiers.v1.runtimes import ModalConfig, ModalRuntime, RuntimeProcess
 from verifiers.v1.runtimes.base import SERVICE_PORT, register
 
 from pytest_modal_eval.client import sandbox_relay
+from pytest_modal_eval.serving.modal.sandboxes import session_tags
 
 #: verifiers' name of the runtime this module serves (``runtime: {type: modal}``).
 RUNTIME = "modal"
-#: Where the relay and its lease live in the sandbox.
+#: Where the relay and its lease live in the sandbox; each runtime adds its own suffix
+#: (:attr:`RelayedModalRuntime.lease_file`), so that sandboxes sharing a filesystem (the
+#: tests' stand-in shares the host's) never renew each other's lease.
 RELAY_FILE = "/tmp/pytest-modal-eval-relay.py"
 LEASE_FILE = "/tmp/pytest-modal-eval-lease"
 
-#: Tags on every sandbox this process creates: ``Sandbox.list(tags=...)`` finds them.
-SESSION_TAGS = {"pytest-modal-eval": "rollout", "pytest-modal-eval-session": uuid.uuid4().hex}
+#: Tags on every sandbox this process creates: ``Sandbox.list(tags=...)`` finds them, and
+#: ``pytest-modal-eval stop --sandboxes`` ends them.
+SESSION_TAGS = session_tags()
 
 #: The sandbox's main command: exit once the lease file is older than the lease ($2 seconds).
 WATCHDOG = (
@@ -140,6 +144,7 @@ class RelayedModalRuntime(ModalRuntime):  # type: ignore[misc]
         self._tasks: list[asyncio.Task[None]] = []
         self._write_lock = asyncio.Lock()
         self._http: httpx.AsyncClient | None = None
+        self.lease_file = f"{LEASE_FILE}-{uuid.uuid4().hex[:12]}"
 
     async def _create_sandbox(self, app: Any) -> None:
         """verifiers' sandbox, with the watchdog as its main command, the limits and tags."""
@@ -150,7 +155,7 @@ class RelayedModalRuntime(ModalRuntime):  # type: ignore[misc]
             "-c",
             WATCHDOG,
             "pytest-modal-eval-watchdog",
-            LEASE_FILE,
+            self.lease_file,
             str(self.limits.lease),
             app=app,
             name=self.name,
@@ -186,7 +191,7 @@ class RelayedModalRuntime(ModalRuntime):  # type: ignore[misc]
                 f"image {self.config.image!r} has no python3, which the model relay needs; "
                 "set agent.runtime.image to an image with python3"
             )
-        relay = await self.open_process(["python3", RELAY_FILE, LEASE_FILE], {})
+        relay = await self.open_process(["python3", RELAY_FILE, self.lease_file], {})
         lines = _lines(relay.stdout)
         first = await asyncio.wait_for(anext(lines), timeout=60)
         self._relay_port = int(json.loads(first)["port"])

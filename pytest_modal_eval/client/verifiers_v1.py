@@ -36,6 +36,7 @@ import importlib
 import importlib.util
 import math
 import os
+import statistics
 import sys
 from array import array
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
@@ -677,6 +678,57 @@ def rollout_output(
     }
 
 
+def _trace_result(trace: vf.Trace) -> dict[str, Any]:
+    """A trace's outcome: its reward, metrics, stop condition and error type."""
+    return {
+        "reward": trace.reward,
+        "metrics": {n: r.score for n, r in trace.rewards.items() if r is not None}
+        | {n: v for n, v in trace.metrics.items() if v is not None},
+        "stop_condition": trace.stop_condition,
+        "error": trace.last_error.type if not trace.ok and trace.last_error is not None else None,
+    }
+
+
+def _mean_result(results: list[dict[str, Any]]) -> tuple[float, dict[str, float]]:
+    """The mean reward of ``results`` and the mean of each metric over those that have it."""
+    reward = statistics.fmean(float(r["reward"] or 0.0) for r in results)
+    names = dict.fromkeys(name for r in results for name in r["metrics"])
+    metrics = {
+        name: statistics.fmean(float(r["metrics"][name]) for r in results if name in r["metrics"])
+        for name in names
+    }
+    return reward, metrics
+
+
+def _play_attempts(output: dict[str, Any], traces: list[vf.Trace]) -> None:
+    """A seat the episode played several times (best-of-n's attempts, a solver fanned out):
+    its record's reward and metrics are the means over its traces, as ``vf-eval`` averages
+    every trace, and ``attempts`` holds each trace's outcome. One attempt that errored errors
+    the record, as one seat errors its episode."""
+    results = [_trace_result(t) for t in traces]
+    output["attempts"] = results
+    output["reward"], output["metrics"] = _mean_result(results)
+    failed = next((t for t in traces if not t.ok and t.last_error is not None), None)
+    if failed is not None and output["error"] is None and failed.last_error is not None:
+        output["error"] = {"error": failed.last_error.type, "message": failed.last_error.message}
+
+
+def _seat_result(traces: list[vf.Trace]) -> dict[str, Any]:
+    """Another seat's outcome beside a record: its trace's, or over several attempts the mean
+    reward and metrics, the first error and each attempt's outcome under ``attempts``."""
+    results = [_trace_result(t) for t in traces]
+    if len(results) == 1:
+        return results[0]
+    reward, metrics = _mean_result(results)
+    return {
+        "reward": reward,
+        "metrics": metrics,
+        "stop_condition": results[-1]["stop_condition"],
+        "error": next((r["error"] for r in results if r["error"]), None),
+        "attempts": results,
+    }
+
+
 def episode_outputs(
     example_id: int,
     task: vf.Task[Any, Any, Any],
@@ -687,7 +739,8 @@ def episode_outputs(
 ) -> list[dict[str, Any]]:
     """An episode of the environment's ``Env`` as one rollout record per seat: each seat's
     trace (``agent`` names the seat) and the task it played, with the other seats' results
-    beside it under ``seats``.
+    beside it under ``seats``. A seat the episode played several times is one record of the
+    means over its plays, each play under ``attempts``.
 
     The seats of one episode are finished or errored together: an episode whose
     ``run()``/``finalize()`` raised, or one seat of which errored or never played, errors
@@ -698,9 +751,11 @@ def episode_outputs(
     outputs: list[dict[str, Any]] = []
     for seat in seats:
         named = [t for t in traces if t.agent is not None and t.agent.name == seat]
-        # One seat takes the episode's only trace whatever its name; of several, each seat
-        # takes only a trace of its own name.
-        mine = named[-1] if named else (traces[-1] if len(traces) == len(seats) == 1 else None)
+        # One seat takes the episode's traces whatever their names; of several, each seat
+        # takes only the traces of its own name.
+        if not named and len(seats) == 1:
+            named = traces
+        mine = named[-1] if named else None
         if mine is not None:
             output = rollout_output(example_id, task, mine, rollout, max_turns, mine.task.data)
         else:
@@ -713,23 +768,21 @@ def episode_outputs(
                 "error": "NoTrace",
                 "message": f"the episode ran no agent in seat {seat!r}",
             }
-        if episode.errors and output["error"] is None:
+        if len(named) > 1:
+            _play_attempts(output, named)
+        # The episode's own error says more than "no trace" when it failed before the seat
+        # played (a task's setup, the Env's run()).
+        if episode.errors and (output["error"] is None or mine is None):
             last = episode.errors[-1]
             output["error"] = {"error": last.type, "message": last.message}
         output["agent"] = seat
-        others = {
-            (t.agent.name if t.agent is not None else "") or str(i): {
-                "reward": t.reward,
-                "metrics": {n: r.score for n, r in t.rewards.items() if r is not None}
-                | {n: v for n, v in t.metrics.items() if v is not None},
-                "stop_condition": t.stop_condition,
-                "error": t.last_error.type if not t.ok and t.last_error is not None else None,
-            }
-            for i, t in enumerate(traces)
-            if t is not mine
-        }
+        others: dict[str, list[vf.Trace]] = {}
+        for i, t in enumerate(traces):
+            if not any(t is m for m in named):
+                name = (t.agent.name if t.agent is not None else "") or str(i)
+                others.setdefault(name, []).append(t)
         if others:
-            output["seats"] = others
+            output["seats"] = {name: _seat_result(played) for name, played in others.items()}
         outputs.append(output)
     failed = next((o for o in outputs if o["error"] is not None), None)
     if failed is not None:

@@ -35,12 +35,19 @@ of the examples makes the full run's test significant too (benchmarks/early_stop
 how often the two disagree). The ``K`` quantities are the gate's minimums and the comparisons;
 each comparison's sides are at its own alpha / ``K``. The run stops once the minimums are
 decided (one below: FAIL; all above: PASS) and every comparison is decided too.
+
+A comparison whose other side is not known when the run starts (:class:`PendingPaired`: the
+reference model's run, still going on another xdist worker) counts among the ``K`` from the
+start and keeps the gate open until its per-example means arrive; then its sequence takes the
+examples already taken, in the order they were taken. A sequence is a function of the values in
+their order, not of when it is computed, so it is the one the run would have had with the means
+known from the start.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +84,30 @@ class PairedGate:
     def threshold(self) -> float:
         """``-max_drop`` on the [0, 1] scale of the paired differences."""
         return paired_difference(-self.max_drop, 0.0)
+
+
+@dataclass(frozen=True)
+class PendingPaired:
+    """A paired comparison whose other side's per-example means are not known when the run
+    starts: ``poll`` returns them once they are there, a reason when they never will be (the
+    comparison is not made, and not waited for), else None. ``waiting`` says what it waits
+    for, for the record of a run that ends with it still open."""
+
+    name: str
+    label: str
+    max_drop: float
+    alpha: float
+    field: str
+    poll: Callable[[], Mapping[str, float] | str | None]
+    waiting: str
+    config_hash: str | None = None  # as PairedGate's: no condition on the run's key
+
+    @property
+    def threshold(self) -> float:
+        return self.known({}).threshold
+
+    def known(self, means: Mapping[str, float]) -> PairedGate:
+        return PairedGate(self.name, self.label, means, self.max_drop, self.alpha, self.field)
 
 
 @dataclass(frozen=True)
@@ -139,7 +170,7 @@ class EarlyStop:
         example_ids: Sequence[int],
         thresholds: Mapping[str, float],
         alpha: float,
-        paired: Sequence[PairedGate] = (),
+        paired: Sequence[PairedGate | PendingPaired] = (),
     ) -> None:
         k = len(thresholds) + len(paired)
         if not k:
@@ -153,13 +184,16 @@ class EarlyStop:
             name: BettingCS(1.0 - self.level, len(order), [t])
             for name, t in self.thresholds.items()
         }
-        self.paired = list(paired)
-        self.paired_levels = {p.name: 1.0 - 2.0 * p.alpha / k for p in self.paired}
+        self.paired = [p for p in paired if isinstance(p, PairedGate)]
+        self.pending = [p for p in paired if isinstance(p, PendingPaired)]
+        # (example id, its mean reward) of each example taken, in order, while a comparison
+        # waits for its other side: its sequence takes them when that arrives.
+        self._rewards: list[tuple[str, float | None]] | None = [] if self.pending else None
+        self.paired_levels = {p.name: 1.0 - 2.0 * p.alpha / k for p in paired}
         # With replacement (an infinite population): the comparison is a test of the models,
         # the examples a sample of what they meet, not the exact difference on this set.
         self.paired_sequences = {
-            p.name: BettingCS(1.0 - self.paired_levels[p.name], None, [p.threshold])
-            for p in self.paired
+            p.name: BettingCS(1.0 - self.paired_levels[p.name], None, [p.threshold]) for p in paired
         }
         self._ids = [int(example_ids[p]) for p in order]
         self._turn_of = {example_id: turn for turn, example_id in enumerate(self._ids)}
@@ -174,6 +208,8 @@ class EarlyStop:
         turn = self._turn_of.get(example_id)
         if turn is None or self.off is not None:
             return
+        if self.pending:
+            self._poll()
         self._waiting[turn] = values
         while self._next in self._waiting and self.off is None:
             self._take(self._ids[self._next], self._waiting.pop(self._next))
@@ -189,16 +225,10 @@ class EarlyStop:
         for p in self.paired:
             if key not in p.means:
                 continue
-            mine, theirs = values.get(REWARD), p.means[key]
-            for side, value in (("this run's", mine), (f"{p.label}'s", theirs)):
-                if value is None or not 0.0 <= value <= 1.0 or math.isnan(value):
-                    self.off = (
-                        f"{side} mean reward of example {example_id} is {value}, not in "
-                        "[0, 1]: early stop needs values in [0, 1]; the run goes on to the end"
-                    )
-                    return
-            assert mine is not None
-            differences[p.name] = paired_difference(mine, theirs)
+            difference = self._difference(p, key, values.get(REWARD))
+            if difference is None:
+                return
+            differences[p.name] = difference
         for name in self.thresholds:
             value = values.get(name)
             if value is None or not 0.0 <= value <= 1.0 or math.isnan(value):
@@ -212,11 +242,60 @@ class EarlyStop:
             cs.update(values[name])
         for name, difference in differences.items():
             self.paired_sequences[name].update(difference)
+        if self._rewards is not None:
+            self._rewards.append((key, values.get(REWARD)))
         self.taken += 1
         if self.decision is None:
             self.decision = self._decide()
 
+    def _difference(self, p: PairedGate, key: str, mine: float | None) -> float | None:
+        """Example ``key``'s difference on the [0, 1] scale, or None (and early stop off) when
+        a side's mean reward is not in [0, 1]."""
+        theirs = p.means[key]
+        for side, value in (("this run's", mine), (f"{p.label}'s", theirs)):
+            if value is None or not 0.0 <= value <= 1.0 or math.isnan(value):
+                self.off = (
+                    f"{side} mean reward of example {key} is {value}, not in "
+                    "[0, 1]: early stop needs values in [0, 1]; the run goes on to the end"
+                )
+                return None
+        assert mine is not None
+        return paired_difference(mine, theirs)
+
+    def _poll(self) -> None:
+        """Take up each waiting comparison whose other side has arrived: its sequence takes the
+        examples taken so far, in order; one that will not arrive is not made."""
+        for pending in list(self.pending):
+            found = pending.poll()
+            if found is None:
+                continue
+            self.pending.remove(pending)
+            if isinstance(found, str):  # no comparison is made: nothing to wait for
+                del self.paired_sequences[pending.name]
+                continue
+            gate = pending.known(found)
+            self.paired.append(gate)
+            for key, mine in self._rewards or ():
+                if key in gate.means:
+                    difference = self._difference(gate, key, mine)
+                    if difference is None:
+                        return
+                    self.paired_sequences[gate.name].update(difference)
+        if not self.pending:
+            self._rewards = None
+        if self.decision is None and self.taken:
+            self.decision = self._decide()
+
+    def undecided(self) -> str | None:
+        """Why the sequences did not decide, when it is not just that they did not in time."""
+        if self.off is not None or not self.pending:
+            return self.off
+        waiting = "; ".join(p.waiting for p in self.pending)
+        return f"{waiting}; the run went on to the end"
+
     def _decide(self) -> Decision | None:
+        if self.pending:
+            return None  # a comparison is open until its other side arrives
         below = sorted(n for n, cs in self.sequences.items() if cs.below(self.thresholds[n]))
         if not below and not all(cs.above(self.thresholds[n]) for n, cs in self.sequences.items()):
             return None
@@ -347,7 +426,7 @@ def build(
     gate: GateConfig,
     example_ids: Sequence[int],
     run_key: str,
-    paired: Sequence[PairedGate],
+    paired: Sequence[PairedGate | PendingPaired],
     baseline_key: str,
     open_reason: str | None,
 ) -> tuple[EarlyStop | None, str | None]:

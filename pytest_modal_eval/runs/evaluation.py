@@ -432,7 +432,7 @@ class BenchmarkRun:
                 outcome.errored = sent_errors
                 outcome.early_decision = early.decision
         if early_off is not None or early is not None:
-            reason = early_off or (early.off if early is not None else None)
+            reason = early_off or (early.undecided() if early is not None else None)
             if early is not None and early.decided and outcome.early_decision is None:
                 reason = f"decided after {early.taken:,} examples, when none was left to send"
             outcome.early_stop = early_stop_record(

@@ -59,7 +59,15 @@ class RolloutRecord(TypedDict):
     seats: Annotated[
         dict[str, Any],
         "The other seats' results in the same episode (each also has a record of its own): "
-        "seat -> reward, metrics, stop_condition, error (empty with one seat).",
+        "seat -> reward, metrics, stop_condition, error (empty with one seat); a seat played "
+        "several times in the episode has its means there and each play under attempts.",
+    ]
+    attempts: Annotated[
+        list[dict[str, Any]],
+        "When the episode played this seat several times (best-of-n's attempts, a solver fanned "
+        "out): each play's reward, metrics, stop_condition and error, in the order the episode "
+        "recorded them; reward and metrics are their means, prompt and completion the last "
+        "play's (empty when the seat played once).",
     ]
     metrics: Annotated[
         dict[str, float],
@@ -118,6 +126,7 @@ def rollout_record(
         "token_usage": output.get("token_usage"),
         "agent": output.get("agent"),
         "seats": output.get("seats") or {},
+        "attempts": output.get("attempts") or [],
         "metrics": metrics,
     }
     flat: dict[str, Any] = dict(record)

@@ -10,7 +10,7 @@ from typing import Any
 
 from pytest_modal_eval.config.loader import Benchmark
 from pytest_modal_eval.redact import Redactor
-from pytest_modal_eval.runs.early_stop import PairedGate
+from pytest_modal_eval.runs.early_stop import PairedGate, PendingPaired
 from pytest_modal_eval.runs.identity import (
     ModelIdentity,
 )
@@ -44,7 +44,8 @@ class RunRequest:
     # Why the gate cannot be decided early although gate.early_stop asks for it: a baseline or
     # reference comparison is still to be made that no sequence can decide. None: nothing open.
     comparison_open: str | None = None
-    # The paired comparisons gate.early_stop decides with the gate (collect.early_comparisons).
-    paired: tuple[PairedGate, ...] = ()
+    # The paired comparisons gate.early_stop decides with the gate (collect.early_comparisons),
+    # some perhaps waiting for their other side (the reference model's run on another worker).
+    paired: tuple[PairedGate | PendingPaired, ...] = ()
     # Who evaluates, for the run's lock (runs.writer_lock); None: this process, no waiting line.
     writer: WriterSpec | None = None

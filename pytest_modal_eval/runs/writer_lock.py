@@ -30,12 +30,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock, Timeout
 
 from pytest_modal_eval.exceptions import RunLockError
 from pytest_modal_eval.runs.paths import RunPaths, choosing_lock
 from pytest_modal_eval.runs.store import write_json_atomic
+from pytest_modal_eval.terminal_text import escape
 
 #: How often a waiting process tries the lock again (and reads who holds it).
 POLL_S = 0.2
@@ -67,10 +69,16 @@ class Holder:
 
 
 def read_holder(paths: RunPaths) -> Holder | None:
-    """The holder ``writer.json`` names, or None when it names none (not written yet)."""
+    """The holder ``writer.json`` names, or None when it names none (not written yet). Its
+    text is shown in the terminal: a run directory copied or edited by hand could hold control
+    sequences there, so they come back escaped."""
     try:
         data = json.loads(paths.writer.read_text(encoding="utf-8"))
-        return Holder(**{k: data.get(k) for k in Holder.__dataclass_fields__})
+        fields: dict[str, Any] = {k: data.get(k) for k in Holder.__dataclass_fields__}
+        shown: dict[str, Any] = {
+            k: escape(v) if isinstance(v, str) else v for k, v in fields.items()
+        }
+        return Holder(**shown)
     except (OSError, ValueError, TypeError, AttributeError):
         return None
 

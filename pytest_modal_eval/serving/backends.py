@@ -59,6 +59,7 @@ def _modal_server(
         keep_deployment=settings.keep_deployment,
         served_model_name=name,
         log_root=settings.output_dir,
+        redactor=redactor,
     )
 
 
@@ -88,7 +89,7 @@ def start_server(
     redactor: Redactor | None = None,
 ) -> tuple[Server, EndpointInfo]:
     """Start (or, for Modal, reuse) the server for ``request``, for the item ``started_for``,
-    keeping the secrets ``redactor`` knows out of a local server's log; raise
+    keeping the secrets ``redactor`` knows out of the server's logs; raise
     ``ServingError`` if not."""
     began = time.monotonic()
     spec = backend(request.backend)

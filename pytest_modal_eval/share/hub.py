@@ -112,7 +112,15 @@ def push_runs(
                 f"the Hub refused HF_TOKEN ({status}) for {repo_id}: it needs write access to "
                 f"{repo_id.split('/')[0]} (https://huggingface.co/settings/tokens)"
             ) from None
+        raise ShareError(f"the Hub answered HTTP {status} for {repo_id}: {exc}") from None
+    except (ShareError, KeyboardInterrupt):
         raise
+    except Exception as exc:  # the Hub unreachable (huggingface_hub's HTTP library's errors)
+        where = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+        raise ShareError(
+            f"could not push to {repo_id} at {where} ({type(exc).__name__}: {exc}); check "
+            "the network and HF_ENDPOINT, then push again (pushing the same runs twice is safe)"
+        ) from None
 
 
 def _push(

@@ -57,7 +57,9 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "batch_step": 0.0,
     "batch_steps": 0,
     "hold_repeats": 0.0,  # seconds to hold a question asked before (a second rollout, ...)
-    "hold": False,  # hold every request while set (and its client stays connected)
+    # Hold every request while set (and its client stays connected); in ``models``, that
+    # model's requests.
+    "hold": False,
     # Hold every chat request after the first N (counted as chat_requests counts them) while
     # its client stays connected; None: no limit.
     "hold_after": None,
@@ -144,9 +146,12 @@ class FakeModel:
             return answer
         return await _stream(request, json.loads(answer.text or "{}"), body)
 
-    def _held(self, number: int) -> bool:
-        limit = self.settings["hold_after"]
-        return bool(self.settings["hold"]) or (limit is not None and number > int(limit))
+    def _held(self, number: int, model: Any) -> bool:
+        """Whether request ``number`` for ``model`` is held now: read afresh on every look, so
+        that a change of settings (``hold`` of one model in ``models``) releases it."""
+        settings = self.settings_for(model) or self.settings
+        limit = settings["hold_after"]
+        return bool(settings["hold"]) or (limit is not None and number > int(limit))
 
     async def answer(self, request: web.Request) -> web.Response:
         if (refused := self.unauthorized(request)) is not None:
@@ -179,7 +184,7 @@ class FakeModel:
                 await asyncio.sleep(float(settings["delay"]))
             if settings["batch_step"]:
                 await _in_batches(float(settings["batch_step"]), settings["batch_steps"])
-            while self._held(number) and not _gone(request):
+            while self._held(number, body.get("model")) and not _gone(request):
                 await asyncio.sleep(0.05)
             if (
                 settings["hold_repeats"]

@@ -123,9 +123,12 @@ def chat_counts(server: FakeServer) -> dict[str, int]:
     return {k: v for k, v in stats.items() if k.startswith("chat_requests:") and v}
 
 
-def vf_eval_args(taskset: str, base_url: str, seats: list[str]) -> list[str]:
+def vf_eval_args(
+    taskset: str, base_url: str, seats: list[str], harness: str | None = "null"
+) -> list[str]:
     """``vf-eval``'s options for ``taskset`` played by ``test-model`` at ``base_url``, each of
-    ``seats`` with the ``null`` harness in the ``subprocess`` runtime."""
+    ``seats`` in the ``subprocess`` runtime with ``harness`` (``None``: the one the environment
+    declares)."""
     args = [
         taskset,
         "-m",
@@ -138,5 +141,7 @@ def vf_eval_args(taskset: str, base_url: str, seats: list[str]) -> list[str]:
         "4",
     ]
     for seat in seats:
-        args += [f"--env.{seat}.runtime.type", "subprocess", f"--env.{seat}.harness.id", "null"]
+        args += [f"--env.{seat}.runtime.type", "subprocess"]
+        if harness is not None:
+            args += [f"--env.{seat}.harness.id", harness]
     return args

@@ -7,6 +7,10 @@ Secrets the local side needs, from the environment (the proxy's names):
 ``MODAL_PROXY_TOKEN_ID`` / ``MODAL_PROXY_TOKEN_SECRET`` (a Modal proxy auth token, since the
 endpoint has ``requires_proxy_auth``) and ``VLLM_API_KEY`` (equal to the one in the
 ``vllm-api-key`` Modal secret). The proxy injects them; the Endpoint carries none.
+
+``modal_vllm.log`` (the Modal CLI's deploy output, ``modal app logs`` of the container, this
+module's own notes) and the proxy's ``proxy.log`` are written through the session's redactor,
+line by line: a container or a gateway that prints a key leaves ``[redacted]`` in the log.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import secrets
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from pytest_modal_eval.exceptions import ServingError
-from pytest_modal_eval.redact import redact_args
+from pytest_modal_eval.redact import Redactor, redact_args
 from pytest_modal_eval.serving.chat_template import parse_log_line
 from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile, log_tail
 from pytest_modal_eval.serving.modal import app as modal_app
@@ -110,7 +115,10 @@ class ModalServer:
         deploy_timeout: float = 1800.0,
         redeploy: bool = False,
         log_root: Path | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
+        """``redactor``: the secrets kept out of ``modal_vllm.log`` and ``proxy.log`` (default:
+        the environment's, ``environ``'s)."""
         self.profile = profile
         self.logs_dir = Path(logs_dir)
         self.keep_deployment = keep_deployment
@@ -118,6 +126,9 @@ class ModalServer:
         # Extra ProxySettings fields (request_deadline_s, max_attempts, ...).
         self.proxy_options = dict(proxy_options or {})
         self._environ = os.environ if environ is None else environ
+        self.redactor = redactor or Redactor.from_environ(self._environ)
+        # The proxy's credentials are secrets wherever they come from.
+        self.redactor.learn_variables(SECRET_HEADERS, self._environ)
         # A subprocess keeps Modal's rich build output in our log and out of pytest's terminal.
         self._cli = list(modal_cli or [sys.executable, "-m", "modal"])
         self._deploy_timeout = deploy_timeout
@@ -177,6 +188,7 @@ class ModalServer:
             log_path=self.logs_dir / PROXY_LOG_NAME,
             client_token=self._client_token,
             log_root=self.log_root,
+            redact=self.redactor.text,
             **{"upstream_proxy": env_proxy(url, self._environ), **self.proxy_options},
         )
         self._proxy = ProxyThread(settings)
@@ -350,30 +362,44 @@ class ModalServer:
     def _note(self, line: str) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a", encoding="utf-8") as fh:
-            fh.write(f"[pytest-modal-eval] {line}\n")
+            fh.write(f"[pytest-modal-eval] {self.redactor.text(line)}\n")
 
     def _run_cli(
         self, args: list[str], *, timeout: float, env: Mapping[str, str] | None = None
     ) -> int | None:
-        """Run the Modal CLI with its output appended to our log; None when it timed out."""
+        """Run the Modal CLI with its output appended to our log, line by line through the
+        redactor; None when it timed out."""
         cmd = [*self._cli, *args]
         self._note(f"$ {shlex.join(redact_args(cmd))}")
-        with self.log_path.open("a", encoding="utf-8") as log:
-            try:
-                return subprocess.run(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=None if env is None else dict(env),
-                    timeout=timeout,
-                    check=False,
-                ).returncode
-            except subprocess.TimeoutExpired:
-                return None
-            except OSError as exc:
-                log.write(f"[pytest-modal-eval] cannot run {cmd[0]}: {exc}\n")
-                return None
+        try:
+            process = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=None if env is None else dict(env),
+            )
+        except OSError as exc:
+            self._note(f"cannot run {cmd[0]}: {exc}")
+            return None
+        assert process.stdout is not None
+        copier = threading.Thread(target=self._copy_to_log, args=(process.stdout,), daemon=True)
+        copier.start()
+        try:
+            code: int | None = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            code = None
+        copier.join(None if code is not None else 5.0)  # a killed CLI's children may hold the pipe
+        return code
+
+    def _copy_to_log(self, stream: Any) -> None:
+        """A process's output to our log, each line without the secrets the redactor knows."""
+        with stream, self.log_path.open("a", encoding="utf-8") as log:
+            for line in iter(stream.readline, b""):
+                log.write(self.redactor.text(line.decode("utf-8", "replace")))
+                log.flush()
 
     def _capture_cli(self, args: list[str], *, timeout: float) -> str:
         try:
@@ -387,4 +413,4 @@ class ModalServer:
             )
         except (subprocess.TimeoutExpired, OSError):
             return ""
-        return result.stdout
+        return self.redactor.text(result.stdout)

@@ -33,7 +33,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +45,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.serving.env_proxy import aiohttp_options, env_proxy
 
 __all__ = [
@@ -131,6 +132,8 @@ class ProxySettings:
     client_token: str | None = None
     # Routed log files (LOG_ROUTE_HEADER) must lie under it; None: every request logs to log_path.
     log_root: Path | None = None
+    # Each log line passes through it (the session's redactor) before it is written.
+    redact: Callable[[str], str] | None = None
 
     def __post_init__(self) -> None:
         url = URL(self.upstream)
@@ -467,11 +470,15 @@ class ModalProxy:
             if log is not None:
                 stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
                 # raw_path keeps the path percent-encoded (one line, no spaces) and the query off.
-                log.add(
-                    _log_route(route, self.settings.log_root),
+                line = (
                     f"{stamp} {method} {raw_path} status={outcome.status}"
                     f" hops={outcome.hops} attempts={outcome.attempts}"
-                    f" latency_ms={(time.perf_counter() - started) * 1000:.0f}",
+                    f" latency_ms={(time.perf_counter() - started) * 1000:.0f}"
+                )
+                redact = self.settings.redact
+                log.add(
+                    _log_route(route, self.settings.log_root),
+                    line if redact is None else redact(line),
                 )
 
     def _upstream_request(
@@ -777,6 +784,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             client_token=os.environ.get(CLIENT_TOKEN_ENV) or None,
             request_deadline_s=args.deadline,
             max_attempts=args.max_attempts,
+            redact=Redactor.from_environ().text,
         )
     except ValueError as exc:
         parser.error(str(exc))
