@@ -59,29 +59,32 @@ def test_line_figures() -> None:
     for n, reward in enumerate([1.0, 0.0, 1.0, 1.0], start=1):
         progress.add(_fields(f"{reward:.3f}", n, 8, elapsed=0.5 * n), now=0.5 * n)
     progress.add(_fields("error", 5, 8, elapsed=2.5), now=2.5)
-    # 5 in 2.5 s: 2 ex/s, 3 left: 0:02; mean 0.75, 95% half-width
-    # 1.96 * 0.5 / 2 = 0.490, so the interval [0.260, 1.240] is cut at 1
+    # 5 in 2.5 s: 2 ex/s, 3 left: 0:02; mean 0.75 of 4 examples: Wilson's 95% interval for
+    # 3 of 4, (0.75 + a/2 ± sqrt(a 0.75 0.25 + a^2/4)) / (1 + a) with a = 1.96^2 / 4
     assert progress.line(2.5) == (
-        "gsm8k  5/8 (62%)  2.0 ex/s  ETA 0:02  mean 0.750 [0.260, 1.000]  errors 1"
+        "gsm8k  5/8 (62%)  2.0 ex/s  ETA 0:02  mean 0.750 [0.301, 0.954]  errors 1"
     )
 
 
 def test_early_intervals_stay_within_the_rewards_range() -> None:
     """Two examples, 1 and 0: mean 0.5 and a normal half-width of 0.980, which would reach
-    from -0.48 to 1.48; the line shows the interval's ends cut to [0, 1] instead."""
+    from -0.48 to 1.48; the line shows Wilson's interval for 1 of 2 instead, within [0, 1].
+    Examples that all agree are not certainty: 1 of 1 solved shows Wilson's [0.207, 1]."""
     progress = BenchmarkProgress("early")
     progress.add(_fields("1.000", 1, 10), now=0.0)
+    assert "mean 1.000 [0.207, 1.000]" in progress.line(0.0)
     progress.add(_fields("0.000", 2, 10), now=1.0)
     line = progress.line(1.0)
     assert "± 0.980" not in line
-    assert "mean 0.500 [0.000, 1.000]" in line
-    for n in range(3, 41):  # enough examples: the interval fits, and ± is back
+    assert "mean 0.500 ± 0.405" in line
+    for n in range(3, 41):
         progress.add(_fields(f"{n % 2:.3f}", n, 40), now=float(n))
     assert re.search(r"mean 0\.\d+ ± 0\.1\d\d", progress.line(40.0)), progress.line(40.0)
     wide = BenchmarkProgress("wide")  # rewards outside [0, 1] widen the range
     wide.add(_fields("3.000", 1, 10), now=0.0)
     wide.add(_fields("-1.000", 2, 10), now=1.0)
-    assert "mean 1.000 [-1.000, 3.000]" in wide.line(1.0)
+    # A normal interval (half-width 1.96 * 2 / sqrt(2) = 2.77) cut to the rewards seen, [-1, 3].
+    assert "mean 1.000 ± 2.000" in wide.line(1.0)
 
 
 def test_the_rate_is_timed_where_the_examples_were_evaluated() -> None:
@@ -112,8 +115,9 @@ def test_plain_lines_on_a_pipe(project: BenchmarkProject) -> None:
     assert len(lines) == 10, lines
     # The run takes well under a second; each line after the first example's has a rate.
     assert all(re.search(r"  [\d.]+ ex/s  ", line) for line in lines), lines
+    # 30 of 30 solved: Wilson's interval, not a zero-width one.
     assert re.fullmatch(
-        r"progress: arith  30/30 \(100%\)  [\d.]+ ex/s  mean 1\.000 ± 0\.000  errors 0",
+        r"progress: arith  30/30 \(100%\)  [\d.]+ ex/s  mean 1\.000 \[0\.886, 1\.000\]  errors 0",
         lines[-1],
     ), lines[-1]
     assert "\x1b[" not in result.stdout.str()

@@ -155,17 +155,26 @@ class BenchmarkProgress:
         if rate and self.total > self.done:
             parts.append(f"ETA {_clock((self.total - self.done) / rate)}")
         if self.n:
-            mean = f"mean {self.mean:.3f}"
-            if self.n > 1:
-                half = Z95 * math.sqrt(self._m2 / (self.n - 1) / self.n)
-                if self.low <= self.mean - half and self.mean + half <= self.high:
-                    mean += f" ± {half:.3f}"
-                else:  # a few examples: the normal interval would leave the rewards' range
-                    low, high = max(self.mean - half, self.low), min(self.mean + half, self.high)
-                    mean += f" [{low:.3f}, {high:.3f}]"
-            parts.append(mean)
+            parts.append(f"mean {self.mean:.3f}{self._interval()}")
         parts.append(f"errors {self.errors}")
         return "  ".join(parts)
+
+    def _interval(self) -> str:
+        """The running mean's 95% interval: `` ± h`` where it is symmetric to the digits
+        shown, else `` [low, high]``. Rewards in [0, 1] get a Wilson interval
+        (:func:`~pytest_modal_eval.stats.intervals.running_wilson`: all examples solved so far
+        is not certainty); others a normal one, cut at the range of the rewards seen."""
+        if self.low >= 0.0 and self.high <= 1.0:
+            from pytest_modal_eval.stats.intervals import running_wilson
+
+            low, high = running_wilson(self.n, self.mean, self._m2)
+        elif self.n > 1:
+            half = Z95 * math.sqrt(self._m2 / (self.n - 1) / self.n)
+            low, high = max(self.mean - half, self.low), min(self.mean + half, self.high)
+        else:
+            return ""
+        above, below = f"{high - self.mean:.3f}", f"{self.mean - low:.3f}"
+        return f" ± {above}" if above == below else f" [{low:.3f}, {high:.3f}]"
 
 
 def _clock(seconds: float) -> str:

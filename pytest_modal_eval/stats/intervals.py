@@ -289,6 +289,22 @@ def clustered_wilson(
     return _wilson(mean, q * q * deff / (n * rollouts))
 
 
+def running_wilson(
+    n: int, mean: float, squared_deviations: float, *, confidence: float = 0.95
+) -> tuple[float, float]:
+    """An interval of the mean of ``n`` example means in [0, 1] known only by their mean and
+    sum of squared deviations (a running mean): Wilson's score interval with the design effect
+    of :func:`clustered_wilson`, one unit per example, kept within [z^2 / (n + z^2), 1], and
+    the normal quantile. Examples that all agree (six of six solved) give the interval n
+    examples allow, never one of zero width."""
+    z2 = float(special.ndtri(0.5 + confidence / 2)) ** 2
+    total = np.asarray(n * mean, dtype=np.float64)
+    squares = np.asarray(squared_deviations + n * mean * mean, dtype=np.float64)
+    deff = _design_effect(total, squares, n, 1.0, z2)
+    interval = _wilson(np.asarray(mean, dtype=np.float64), z2 * deff / n)
+    return float(interval.low), float(interval.high)
+
+
 def clipped_t(
     means: npt.ArrayLike, low: float, high: float, *, confidence: float = 0.95
 ) -> Intervals:
