@@ -9,11 +9,11 @@ sandbox is left, and after its SIGKILL none is left once the lease has run out.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -25,13 +25,17 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.client.verifiers_adapter import installed_api
-from tests.support.fake_modal.sandbox_supervisor import alive
+from tests.support.modal_stand_in import (
+    FAKE_MODAL,
+    install_fake_modal,
+    left_running,
+    running_sandboxes,
+)
 from tests.support.v1_runs import run_v1
 from tests.test_verifiers_conformance import COMMON
 
 pytestmark = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
 
-FAKE_MODAL = Path(__file__).resolve().parent / "support" / "fake_modal"
 
 # A plain taskset of the conformance suite's shape (its tasks and reward, four of them).
 TASKSET = (
@@ -50,29 +54,6 @@ class BoxTaskset(vf.Taskset[SumTask, BoxConfig]):
 __all__ = ["BoxTaskset"]
 """
 )
-
-
-def running_sandboxes(root: Path) -> list[str]:
-    """Stand-in sandboxes with their supervisor or any process run in them still alive."""
-    left = []
-    for box in sorted(root.glob("sb-*")):
-        pids = [int(p.name) for p in (box / "execs").iterdir()]
-        supervisor = box / "supervisor.pid"
-        if supervisor.exists():
-            pids.append(int(supervisor.read_text()))
-        if any(alive(pid) for pid in pids):
-            left.append(box.name)
-    return left
-
-
-def left_running(root: Path, grace: float = 10.0) -> list[str]:
-    """Stand-in sandboxes still running ``grace`` seconds from now. A process killed as its
-    sandbox ended, and the supervisor that has just written ``ended``, take a moment to exit;
-    a sandbox left running does not."""
-    deadline = time.monotonic() + grace
-    while (left := running_sandboxes(root)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
 
 
 def ended(root: Path) -> dict[str, str]:
@@ -96,22 +77,7 @@ def fake_modal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleT
     """The stand-in as ``modal`` in this process, its sandboxes under a fresh directory."""
     root = tmp_path / "sandboxes"
     root.mkdir()
-    monkeypatch.setenv("FAKE_MODAL_SANDBOXES", str(root))
-    # The real SDK is imported first, so that what it had in sys.modules comes back after.
-    import modal.config  # noqa: F401
-
-    spec = importlib.util.spec_from_file_location(
-        "modal",
-        FAKE_MODAL / "modal" / "__init__.py",
-        submodule_search_locations=[str(FAKE_MODAL / "modal")],
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    for name in [n for n in sys.modules if n == "modal" or n.startswith("modal.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "modal", module)
-    spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "modal.config", module.config)
+    module = install_fake_modal(monkeypatch, root)
     yield module, root
     assert left_running(root) == []
 
@@ -282,6 +248,56 @@ def test_no_sandbox_is_left_after_pytest_is_stopped(
     assert process.returncode == -signal.SIGKILL
     assert left_running(root, grace=lease + 10) == []
     assert set(ended(root).values()) <= {"main command exited", "idle_timeout"}
+
+
+def test_stop_sandboxes_ends_what_a_killed_pytest_left(
+    project: Any, fake_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pytest killed outright with a long lease leaves its sandboxes running;
+    ``pytest-modal-eval stop --sandboxes`` finds them by their tags and ends them."""
+    from click.testing import CliRunner
+
+    from pytest_modal_eval.cli import main
+
+    modules = tmp_path / "tasksets"
+    modules.mkdir()
+    (modules / "box_sums.py").write_text(textwrap.dedent(TASKSET))
+    root = tmp_path / "sandboxes"
+    root.mkdir()
+    fake_server.configure(hold=True)
+    process = _start_pytest(project, root, modules, lease=600)
+    try:
+        _wait_for_held_requests(fake_server, 2, process)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        fake_server.configure(hold=False)
+    left = running_sandboxes(root)
+    assert len(left) >= 2
+
+    module = install_fake_modal(monkeypatch, root)
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as server:  # Modal's server, reachable
+            monkeypatch.setitem(
+                module.config.config, "server_url", f"http://127.0.0.1:{server.getsockname()[1]}"
+            )
+            result = CliRunner().invoke(main, ["stop", "--sandboxes", "-y"])
+    finally:
+        # Should the command not end them, the lease would keep them for ten minutes.
+        survivors = left_running(root)
+        for box in survivors:
+            (root / box / "terminate").touch()
+    assert survivors == []
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.stdout.splitlines() if line.startswith("ended ")] == [
+        f"ended {box}" for box in left
+    ]
+    sessions = {line.split("(session ")[1] for line in result.stdout.splitlines() if "(" in line}
+    assert len(sessions) == 1  # one pytest process, one session tag
+    assert left_running(root) == []
+    assert set(ended(root).values()) == {"terminated"}
 
 
 def test_a_tool_server_in_a_modal_sandbox_is_refused(

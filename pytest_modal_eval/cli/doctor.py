@@ -25,6 +25,7 @@ from pytest_modal_eval.cli.common import (
 )
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.config.options import base_url_problem
+from pytest_modal_eval.serving.modal.access import reachable
 
 OK, FAIL, SKIP, WARN = "ok", "FAIL", "skipped", "warn"
 
@@ -35,20 +36,6 @@ class Check:
     status: str  # ok | FAIL | skipped (could not be made) | warn (not needed by every run)
     detail: str
     fix: str = ""
-
-
-def _reachable(url: str, timeout: float = 3.0) -> bool:
-    """Whether a TCP connection to the URL's host opens (no request is sent)."""
-    import socket
-    from urllib.parse import urlparse
-
-    parsed = urlparse(url)
-    port = parsed.port or (443 if parsed.scheme in ("https", "grpcs") else 80)
-    try:
-        with socket.create_connection((parsed.hostname or "", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def check_modal_token(online: bool) -> list[Check]:
@@ -70,7 +57,7 @@ def check_modal_token(online: bool) -> list[Check]:
     server = str(config.get("server_url"))
     if not online:
         return [found, Check("modal token valid", SKIP, "not checked (--offline)")]
-    if not _reachable(server):
+    if not reachable(server):
         return [found, Check("modal token valid", SKIP, f"{server} not reachable: not checked")]
     try:
         modal.Client.verify(server, (token_id, secret))

@@ -1,12 +1,11 @@
-"""``pytest-modal-eval stop``: stop this tool's deployments, and only those."""
+"""``pytest-modal-eval stop``: stop this tool's deployments, or end its leftover sandboxes, and
+nothing else."""
 
 from __future__ import annotations
 
 import click
 
-from pytest_modal_eval.cli.modal_apps import modal_apps
 from pytest_modal_eval.exceptions import ServingError
-from pytest_modal_eval.serving.modal.app import tag_value
 
 
 @click.command()
@@ -28,6 +27,18 @@ from pytest_modal_eval.serving.modal.app import tag_value
     help="with -b: the overrides it was deployed with",
 )
 @click.option("--all", "stop_all", is_flag=True, help="stop every app this tool deployed")
+@click.option(
+    "--sandboxes",
+    is_flag=True,
+    help="end this tool's running Modal sandboxes (harnesses of the `modal` runtime) instead",
+)
+@click.option(
+    "--session",
+    metavar="ID",
+    default=None,
+    help="with --sandboxes: only those of this pytest session (as listed)",
+)
+@click.option("--dry-run", is_flag=True, help="list what would be stopped, stop nothing")
 @click.option("-y", "--yes", is_flag=True, help="do not ask for confirmation")
 @click.pass_context
 def stop(
@@ -36,13 +47,40 @@ def stop(
     benchmark_path: str | None,
     overrides: tuple[str, ...],
     stop_all: bool,
+    sandboxes: bool,
+    session: str | None,
+    dry_run: bool,
     yes: bool,
 ) -> None:
-    """Stop Modal apps this tool deployed (never any other app)."""
-    if bool(model) == stop_all:
-        raise click.UsageError("give either -m MODEL (optionally with -b BENCHMARK) or --all")
+    """Stop Modal apps this tool deployed, or end the Modal sandboxes its runs left
+    (never any other app or sandbox)."""
+    if [bool(model), stop_all, sandboxes].count(True) != 1:
+        raise click.UsageError(
+            "give one of -m MODEL (optionally with -b BENCHMARK), --all or --sandboxes"
+        )
     if benchmark_path and not model:
         raise click.UsageError("-b needs -m MODEL")
+    if session and not sandboxes:
+        raise click.UsageError("--session needs --sandboxes")
+    if sandboxes:
+        stop_sandboxes(session, dry_run, yes)
+    else:
+        stop_apps(ctx, model, benchmark_path, overrides, dry_run, yes)
+
+
+def stop_apps(
+    ctx: click.Context,
+    model: str | None,
+    benchmark_path: str | None,
+    overrides: tuple[str, ...],
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """List this tool's apps (one model's, or one benchmark's, when given) and stop them."""
+    # Here, not at the top: ending sandboxes needs neither the app definition nor its listing.
+    from pytest_modal_eval.cli.modal_apps import modal_apps
+    from pytest_modal_eval.serving.modal.app import tag_value
+
     apps = modal_apps(ctx)
     try:
         ours = [r for r in apps.deployed() if r.ours]
@@ -63,10 +101,40 @@ def stop(
                 f"{r.name}  ({r.tags.get('model', '?')}, {r.tasks} containers)" for r in chosen
             )
         )
+        if dry_run:
+            return
         if not yes:
             click.confirm(f"stop {len(chosen)} app(s)?", abort=True)
         for record in chosen:
             apps.stop(record.name)
             click.echo(f"stopped {record.name}")
+    except ServingError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def stop_sandboxes(session: str | None, dry_run: bool, yes: bool) -> None:
+    """List this tool's running Modal sandboxes (one session's when given) and end them."""
+    from pytest_modal_eval.serving.modal.sandboxes import running_sandboxes
+    from pytest_modal_eval.terminal_text import escape
+
+    try:
+        found = running_sandboxes(session)
+        if not found:
+            click.echo("nothing to end: no sandbox of pytest-modal-eval is running")
+            return
+        # Ids and tags come from Modal: printed with their control characters escaped.
+        click.echo(
+            "\n".join(f"{escape(s.sandbox_id)}  (session {escape(s.session)})" for s in found)
+        )
+        if dry_run:
+            return
+        if not yes:
+            click.confirm(
+                f"end {len(found)} sandbox(es)? A pytest still running loses their rollouts",
+                abort=True,
+            )
+        for sandbox in found:
+            sandbox.terminate()
+            click.echo(f"ended {escape(sandbox.sandbox_id)}")
     except ServingError as exc:
         raise click.ClickException(str(exc)) from None

@@ -34,7 +34,6 @@ import base64
 import contextlib
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +46,7 @@ from verifiers.v1.runtimes import ModalConfig, ModalRuntime, RuntimeProcess
 from verifiers.v1.runtimes.base import SERVICE_PORT, register
 
 from pytest_modal_eval.client import sandbox_relay
+from pytest_modal_eval.serving.modal.sandboxes import session_tags
 
 #: verifiers' name of the runtime this module serves (``runtime: {type: modal}``).
 RUNTIME = "modal"
@@ -54,8 +54,9 @@ RUNTIME = "modal"
 RELAY_FILE = "/tmp/pytest-modal-eval-relay.py"
 LEASE_FILE = "/tmp/pytest-modal-eval-lease"
 
-#: Tags on every sandbox this process creates: ``Sandbox.list(tags=...)`` finds them.
-SESSION_TAGS = {"pytest-modal-eval": "rollout", "pytest-modal-eval-session": uuid.uuid4().hex}
+#: Tags on every sandbox this process creates: ``Sandbox.list(tags=...)`` finds them, and
+#: ``pytest-modal-eval stop --sandboxes`` ends them.
+SESSION_TAGS = session_tags()
 
 #: The sandbox's main command: exit once the lease file is older than the lease ($2 seconds).
 WATCHDOG = (

@@ -7,7 +7,13 @@ Put ``tests/support/fake_modal`` first on ``PYTHONPATH`` (or this package in
 ``env``, ``workdir``, ``tags``, ``timeout``, ``idle_timeout``; the rest accepted and
 recorded), ``Sandbox.exec`` (a process with stdin, stdout, stderr, ``wait``, ``poll``),
 ``Sandbox.filesystem`` (``make_directory``, ``read_bytes``, ``write_bytes``) and
-``Sandbox.terminate``; each callable both plainly and with ``.aio``, as Modal's are.
+``Sandbox.terminate``; what ``pytest-modal-eval stop --sandboxes`` uses: ``Sandbox.list``
+(running sandboxes carrying at least the given tags, of an ``app_id`` when given),
+``Sandbox.get_tags`` and ``terminate``, with ``modal.config``'s token and ``server_url`` and
+``modal.exception``. Each callable works both plainly and with ``.aio``, as Modal's do (a
+listing is a generator, and an async one with ``.aio``). The stand-in accepts its own token
+only (``modal.config``): any other gets ``modal.exception.AuthError``, as Modal answers a
+token it does not know.
 
 A sandbox is a local process in a session of its own (``sandbox_supervisor.py``) with its own
 directory under ``FAKE_MODAL_SANDBOXES``: it runs the main command and ends the sandbox (every
@@ -28,11 +34,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import config  # noqa: F401  (modal.config)
+from . import config, exception
+
+#: The one token the stand-in accepts (what ``modal.config`` holds unless a test changes it).
+TOKEN = {key: config.config[key] for key in ("token_id", "token_secret")}
 
 SUPERVISOR = Path(__file__).resolve().parent.parent / "sandbox_supervisor.py"
 
@@ -67,9 +76,29 @@ class _Dual:
         return _sync(self.aio(*args, **kwargs))
 
 
+class _DualGenerator:
+    """``for x in f(...)`` and ``async for x in f.aio(...)``, as Modal's listings give."""
+
+    def __init__(self, fn: Callable[..., AsyncIterator[Any]]) -> None:
+        self.aio = getattr(fn, "__func__", fn)  # a staticmethod's function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        async def collect() -> list[Any]:
+            return [item async for item in self.aio(*args, **kwargs)]
+
+        yield from _sync(collect())
+
+
+def _check_token() -> None:
+    given = {key: config.config.get(key) for key in TOKEN}
+    if given != TOKEN:
+        raise exception.AuthError("Token ID is malformed or not recognized")
+
+
 class App:
     def __init__(self, name: str) -> None:
         self.name = name
+        self.app_id = f"ap-{name}"
 
     @staticmethod
     async def _lookup(name: str, create_if_missing: bool = False, **_: Any) -> App:
@@ -172,6 +201,7 @@ class Sandbox:
         self.exec = _Dual(self._exec)
         self.terminate = _Dual(self._terminate)
         self.poll = _Dual(self._poll)
+        self.get_tags = _Dual(self._get_tags)
         self._processes: list[asyncio.subprocess.Process] = []
 
     @staticmethod
@@ -209,6 +239,27 @@ class Sandbox:
         return Sandbox(box, spec)
 
     create = _Dual(_create)
+
+    @staticmethod
+    async def _list(
+        *, app_id: str | None = None, tags: dict[str, str] | None = None, client: Any = None
+    ) -> AsyncIterator[Sandbox]:
+        """Running sandboxes (created and not ended), newest first, with at least ``tags``."""
+        _check_token()
+        boxes = sorted(_root().glob("sb-*"), key=lambda b: b.stat().st_mtime_ns, reverse=True)
+        for box in boxes:
+            if (box / "ended").exists() or not (box / "supervisor.pid").exists():
+                continue  # ended, or not created yet
+            spec = json.loads((box / "spec.json").read_text())
+            if app_id is not None and f"ap-{spec['app']}" != app_id:
+                continue
+            if all(spec["tags"].get(k) == v for k, v in (tags or {}).items()):
+                yield Sandbox(box, spec)
+
+    list = _DualGenerator(_list)
+
+    async def _get_tags(self) -> dict[str, str]:
+        return dict(self._spec["tags"])
 
     def _check_running(self) -> None:
         if (self._box / "ended").exists():
@@ -250,7 +301,7 @@ class Sandbox:
     async def _poll(self) -> int | None:
         return 0 if (self._box / "ended").exists() else None
 
-    async def _terminate(self, **_: Any) -> None:
+    async def _terminate(self, *, wait: bool = False) -> int | None:
         (self._box / "terminate").touch()
         deadline = time.monotonic() + 10
         while not (self._box / "ended").exists() and time.monotonic() < deadline:
@@ -259,6 +310,7 @@ class Sandbox:
         for process in self._processes:
             with contextlib.suppress(RuntimeError):
                 await process.wait()
+        return 0 if wait else None
 
 
 def sandboxes() -> list[Path]:

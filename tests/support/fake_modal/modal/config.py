@@ -1,5 +1,11 @@
-"""The stand-in's ``modal.config``: a configured token (it never leaves this machine)."""
+"""The stand-in's ``modal.config``: a configured token (it never leaves this machine) and a
+``server_url`` on a closed local port, so nothing here can reach Modal; a test that wants the
+server reachable points it at a local listener."""
 
 from __future__ import annotations
 
-config = {"token_id": "ak-stand-in", "token_secret": "as-stand-in"}
+config = {
+    "token_id": "ak-stand-in",
+    "token_secret": "as-stand-in",
+    "server_url": "http://127.0.0.1:9",
+}

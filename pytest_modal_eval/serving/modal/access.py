@@ -1,0 +1,48 @@
+"""Whether Modal can be asked from here, found out without waiting on Modal's retries.
+
+With no token the first remote call fails at once; with a token but no route to Modal's server
+the SDK retries for about a minute before giving up. A command that only lists or ends things
+checks both first: the token in Modal's configuration (``MODAL_TOKEN_ID`` /
+``MODAL_TOKEN_SECRET`` or ``~/.modal.toml``) and one TCP connection to its ``server_url``.
+"""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlparse
+
+from pytest_modal_eval.exceptions import ServingError
+
+NO_TOKEN = (
+    "no Modal token is configured: run `modal token new` "
+    "(or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)"
+)
+
+
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the URL's host opens (no request is sent)."""
+    parsed = urlparse(url)
+    if not parsed.hostname:
+        return False
+    port = parsed.port or (443 if parsed.scheme in ("https", "grpcs") else 80)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_modal_access() -> None:
+    """Raise :class:`ServingError` (one line) when no token is configured or Modal's server
+    cannot be reached."""
+    import modal.config
+
+    config = modal.config.config
+    if not (config.get("token_id") and config.get("token_secret")):
+        raise ServingError(NO_TOKEN)
+    server = str(config.get("server_url"))
+    if not reachable(server):
+        raise ServingError(
+            f"Modal is not reachable: no connection to {server}; check the network "
+            "(or MODAL_SERVER_URL) and try again"
+        )
