@@ -22,7 +22,6 @@ from pytest_modal_eval.collect.items import (
     RUNNER_KEY,
     BenchmarkFile,
     BenchmarkItem,
-    ItemRunner,
     is_benchmark_file,
 )
 from pytest_modal_eval.collect.server_plan import PLAN_KEY, ServerPlan
@@ -103,29 +102,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class DeferredRunner:
-    """This process's :class:`ItemRunner`: the evaluation (verifiers, numpy, scipy, syrupy) is
-    imported when the first benchmark item runs, so a pytest session without one -- any test
-    suite in an environment where the plugin is installed -- never pays for it."""
+    """This process's :class:`ItemRunner`: each call goes to :mod:`.collect.item_run`, which
+    (with verifiers, numpy, scipy and syrupy) is imported when the first benchmark item runs,
+    so a pytest session without one -- any test suite in an environment where the plugin is
+    installed -- never pays for it."""
 
     def __init__(self, session: EvalContext) -> None:
         self.session = session
-        self._runner: ItemRunner | None = None
-
-    def _get(self) -> ItemRunner:
-        if self._runner is None:
-            from pytest_modal_eval.collect.item_run import BenchmarkRunner
-
-            self._runner = BenchmarkRunner(self.session)
-        return self._runner
 
     def prepare(self, item: BenchmarkItem) -> None:
-        self._get().prepare(item)
+        from pytest_modal_eval.collect import item_run
+
+        item_run.prepare(self.session, item)
 
     def evaluate(self, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
-        self._get().evaluate(item, subtests, snapshot)
+        from pytest_modal_eval.collect import item_run
+
+        item_run.evaluate(self.session, item, subtests, snapshot)
 
     def release(self, item: BenchmarkItem) -> None:
-        self._get().release(item)
+        from pytest_modal_eval.collect import item_run
+
+        item_run.release(self.session, item)
 
 
 def _new_references_dir() -> str:

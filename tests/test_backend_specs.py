@@ -26,6 +26,56 @@ def name_comparisons(source: str, names: set[str]) -> list[int]:
     return found
 
 
+#: Calls that take a backend's name first: a literal name there is a second definition of it.
+NAME_TAKERS = {"ServerProfile", "ServerRequest", "backend"}
+
+
+def name_literals(source: str, names: set[str]) -> list[int]:
+    """Lines of ``source`` that spell a backend's name as the backend of a call
+    (``ServerProfile("modal", ...)``, ``backend="local"``) or as a key of a dict literal whose
+    values are functions (a registry such as ``{"modal": _modal_server}``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            first = node.args[:1] if called in NAME_TAKERS else []
+            given = [*first, *(k.value for k in node.keywords if k.arg == "backend")]
+            if any(isinstance(a, ast.Constant) and a.value in names for a in given):
+                found.append(node.lineno)
+        elif (
+            isinstance(node, ast.Dict)
+            and node.values
+            and all(isinstance(v, ast.Name) and v.id.startswith("_") for v in node.values)
+        ) and any(isinstance(k, ast.Constant) and k.value in names for k in node.keys):
+            found.append(node.lineno)
+    return found
+
+
+def test_a_backend_is_named_only_by_its_spec() -> None:
+    names = set(BACKENDS)
+    found = [
+        f"{path.relative_to(ROOT.parent)}:{line}"
+        for path in sorted(ROOT.rglob("*.py"))
+        if path != ROOT / "config" / "backends.py"
+        for line in name_literals(path.read_text(), names)
+    ]
+    assert not found, "use the spec's name (config/backends.py: MODAL.name, ...):\n" + "\n".join(
+        found
+    )
+
+
+def test_a_backend_name_literal_is_found() -> None:
+    source = (
+        'p = ServerProfile("modal", m)\n'
+        'r = x.ServerRequest(backend="local")\n'
+        'F = {"modal": _modal_server}\n'
+        'ok = {"endpoint": url}\n'
+        "q = ServerProfile(MODAL.name, m)\n"
+    )
+    assert name_literals(source, {"modal", "local", "endpoint"}) == [1, 2, 3]
+
+
 def test_no_module_compares_a_backend_name() -> None:
     names = set(BACKENDS)
     found = [

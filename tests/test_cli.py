@@ -134,6 +134,24 @@ def test_runs_shows_each_runs_gate_verdict(project: BenchmarkProject) -> None:
     assert " pass " in cli("runs").stdout.lower()
 
 
+def test_the_report_shows_the_threshold_the_verdict_applied(project: BenchmarkProject) -> None:
+    """The threshold is recorded with the verdict: the report of a run judged again under
+    another gate shows that gate's threshold, not the one the run was started with."""
+    from pytest_modal_eval.report.page import read_run
+
+    project.add("hard", n=4, gate="gate: {min_avg_reward: 0.5}")
+    project.run()
+    [run_dir] = project.run_dirs("hard")
+    assert json.loads((run_dir / "metadata.json").read_text())["threshold"] == 0.5
+    assert read_run(run_dir, "hard").threshold == 0.5
+
+    project.run("--override", "gate.min_avg_reward=0.25")
+    run_config = json.loads((run_dir / "run_config.json").read_text())
+    assert run_config["config"]["gate"]["min_avg_reward"] == 0.5  # as the run was started
+    assert json.loads((run_dir / "metadata.json").read_text())["threshold"] == 0.25
+    assert read_run(run_dir, "hard").threshold == 0.25
+
+
 def test_a_verdict_that_cannot_be_recorded_is_a_warning(
     project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:

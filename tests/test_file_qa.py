@@ -10,7 +10,7 @@ import pytest
 
 from pytest_modal_eval.client.verifiers_adapter import dataset_rows
 from pytest_modal_eval.envs.file_qa import answers_match, final_answer, load_environment
-from pytest_modal_eval.runs.resume import fingerprint_rows
+from pytest_modal_eval.runs.answer_key import fingerprint_rows
 from tests.conftest import classic_only
 
 

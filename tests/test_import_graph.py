@@ -231,6 +231,68 @@ def test_the_subpackages_have_no_import_cycle() -> None:
     assert not cycles, "cycles between subpackages:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+def children_graphs(
+    graph: dict[str, set[str]], root: Path, package: str
+) -> dict[str, dict[str, set[str]]]:
+    """For the package and each of its subpackages: the module graph contracted to its
+    children (its own modules and its subpackages), each child's imports of its siblings."""
+    packages = [package] + [
+        module_name(init.parent, root, package) if init.parent != root else package
+        for init in sorted(root.rglob("__init__.py"))
+        if init.parent != root
+    ]
+    levels: dict[str, dict[str, set[str]]] = {}
+    for parent in packages:
+        depth = parent.count(".") + 1
+
+        def child(module: str, parent: str = parent, depth: int = depth) -> str | None:
+            if not module.startswith(parent + "."):
+                return None
+            return ".".join(module.split(".")[: depth + 1])
+
+        level: dict[str, set[str]] = {}
+        for module, targets in graph.items():
+            if (mine := child(module)) is None:
+                continue
+            siblings = level.setdefault(mine, set())
+            siblings.update(c for t in targets if (c := child(t)) is not None and c != mine)
+        for targets in list(level.values()):
+            for target in targets:
+                level.setdefault(target, set())
+        levels[parent] = level
+    return levels
+
+
+def test_no_package_has_a_cycle_among_its_children() -> None:
+    """Below the top level too: within ``serving/``, its modules and ``modal/`` and ``vllm/``
+    import each other one way only."""
+    levels = children_graphs(import_graph(ROOT, PACKAGE), ROOT, PACKAGE)
+    assert f"{PACKAGE}.serving" in levels
+    cycles = [
+        " -> ".join(cycle)
+        for parent, level in sorted(levels.items())
+        for cycle in find_cycles(level)
+    ]
+    assert not cycles, "cycles between a package's children:\n" + "\n".join(cycles)
+
+
+def test_a_cycle_between_a_package_and_its_subpackage_is_found(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub" / "inner").mkdir(parents=True)
+    for init in (pkg, pkg / "sub", pkg / "sub" / "inner"):
+        (init / "__init__.py").write_text("")
+    (pkg / "sub" / "a.py").write_text("from pkg.sub.inner import c\n")
+    (pkg / "sub" / "b.py").write_text("")
+    (pkg / "sub" / "inner" / "c.py").write_text("")
+    (pkg / "sub" / "inner" / "d.py").write_text("def f():\n    from pkg.sub import a\n")
+    graph = import_graph(pkg, "pkg")
+    assert find_cycles(graph) == []
+    assert find_cycles(package_graph(graph, "pkg")) == []
+    levels = children_graphs(graph, pkg, "pkg")
+    assert find_cycles(levels["pkg.sub"]) == [["pkg.sub.a", "pkg.sub.inner", "pkg.sub.a"]]
+    assert find_cycles(levels["pkg"]) == []
+
+
 def test_the_endpoint_fixture_finds_a_models_identity_without_the_evaluation() -> None:
     """``eval_endpoint`` needs the model's identity, not the evaluation (verifiers, numpy)."""
     graph = import_graph(ROOT, PACKAGE)

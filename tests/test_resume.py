@@ -58,6 +58,23 @@ def intact_records(checkpoint: Path) -> int:
     return count
 
 
+def journaled_answers(project: BenchmarkProject) -> int:
+    """The answers in ``alpha``'s journal: records of a JSON header line with the answer's
+    ``length``, then that many bytes and a newline (a torn last record is not counted)."""
+    runs = project.run_dirs("alpha")
+    journal = runs[0] / "answers.journal" if runs else None
+    if journal is None or not journal.exists():
+        return 0
+    data = journal.read_bytes()
+    count = position = 0
+    while (end := data.find(b"\n", position)) >= 0:
+        stop = end + 1 + int(json.loads(data[position:end])["length"])
+        if data[stop : stop + 1] != b"\n":
+            break
+        count, position = count + 1, stop + 1
+    return count
+
+
 def kill_with_answers_in_hand(project: BenchmarkProject) -> int:
     """Run ``alpha`` (two rollouts per example) while the server holds every repeated question,
     so each example in progress has its first rollout's answer and waits for the second; once
@@ -65,12 +82,16 @@ def kill_with_answers_in_hand(project: BenchmarkProject) -> int:
     project.add("alpha", n=N, extra_yaml=f"eval: {{max_concurrent: {CONCURRENCY}, rollouts: 2}}\n")
     project.server.configure(hold_repeats=600)
     process = start_pytest(project)
+    # Once the held repeats fill every slot the server answers nothing more; then wait until
+    # each answer it sent is in the run's journal, where the client writes it as it arrives.
     deadline = time.monotonic() + 60
-    while (stats := project.server.stats()).get("in_flight", 0) < CONCURRENCY:
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.05)
-    time.sleep(0.5)  # the answers sent before the slots filled up have arrived
-    answered: int = project.server.stats()["completed_requests"]
+    while True:
+        stats = project.server.stats()
+        answered: int = stats.get("completed_requests", 0)
+        if stats.get("in_flight", 0) >= CONCURRENCY and journaled_answers(project) >= answered:
+            break
+        assert time.monotonic() < deadline, (stats, journaled_answers(project))
+        time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait(30)
     return answered

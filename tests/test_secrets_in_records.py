@@ -17,7 +17,7 @@ from pytest_modal_eval.redact import (
     mask_profile,
     redact_args,
 )
-from pytest_modal_eval.runs.resume import answer_fields, canonical_hash
+from pytest_modal_eval.runs.answer_key import answer_fields, canonical_hash
 from tests.conftest import BenchmarkProject
 
 SECRET = "vllm-key-4f9c2e81d7"

@@ -21,9 +21,9 @@ import click
 
 from pytest_modal_eval.cli.common import echo_json, output_dir_option, resolve_output_dir, say
 from pytest_modal_eval.exceptions import RunFileError
+from pytest_modal_eval.runs.answer_key import comparable_fields
 from pytest_modal_eval.runs.locate import FIND_RUNS, RunNotFound, find_run
 from pytest_modal_eval.runs.paths import RunPaths
-from pytest_modal_eval.runs.resume import comparable_fields
 
 EXIT_DROP = 1
 EXIT_UNUSABLE = 2

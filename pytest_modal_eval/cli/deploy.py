@@ -25,6 +25,7 @@ def deploy_spec(
     warm: bool = False,
 ) -> DeploySpec:
     """The spec ``pytest --model MODEL`` would deploy for this benchmark (plus ``--warm``)."""
+    from pytest_modal_eval.config.backends import MODAL
     from pytest_modal_eval.config.loader import load_benchmark
     from pytest_modal_eval.exceptions import BenchmarkError
     from pytest_modal_eval.runs.identity import hub_identity
@@ -42,12 +43,12 @@ def deploy_spec(
     if template is not None and template.endswith(".jinja"):
         template = str((benchmark.path.parent / template).resolve())
     vllm = config.vllm
-    # At the commit the Hub names now, as `pytest --model MODEL` starts it (item_run.pin_revision),
-    # so that run finds this app by name.
+    # At the commit the Hub names now, as `pytest --model MODEL` starts it
+    # (runs/identity.pin_revision), so that run finds this app by name.
     commit = hub_identity(model, vllm.revision).hub_commit
     if commit is not None and vllm.revision != commit:
         vllm = vllm.model_copy(update={"revision": commit})
-    profile = ServerProfile("modal", model, config.infra, vllm, template)
+    profile = ServerProfile(MODAL.name, model, config.infra, vllm, template)
     return DeploySpec.for_profile(profile, model)
 
 

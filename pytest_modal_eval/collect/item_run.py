@@ -333,19 +333,3 @@ def failure_message(item: BenchmarkItem, outcome: RunOutcome, reasons: list[str]
     )
     lines.append(f"  run: {outcome.run_dir}")
     return "\n".join(lines)
-
-
-class BenchmarkRunner:
-    """The :class:`~pytest_modal_eval.collect.items.ItemRunner` of this process's items."""
-
-    def __init__(self, session: EvalContext) -> None:
-        self.session = session
-
-    def prepare(self, item: BenchmarkItem) -> None:
-        prepare(self.session, item)
-
-    def evaluate(self, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
-        evaluate(self.session, item, subtests, snapshot)
-
-    def release(self, item: BenchmarkItem) -> None:
-        release(self.session, item)

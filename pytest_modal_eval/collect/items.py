@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class ItemRunner(Protocol):
-    """Does a benchmark item's work (:class:`pytest_modal_eval.collect.item_run.BenchmarkRunner`).
+    """Does a benchmark item's work (``plugin.DeferredRunner``, calling :mod:`.item_run`).
 
     Items reach it through :data:`RUNNER_KEY`, so collection does not import the evaluation.
     """
@@ -170,7 +170,7 @@ class BenchmarkItem(pytest.Function):
 
     @property
     def baseline_name(self) -> str:
-        """Its stored baseline's name (judge.baseline.BASELINE_NAME_ATTR): the benchmark's, for
+        """Its stored baseline's name (gate.baseline.BASELINE_NAME_ATTR): the benchmark's, for
         every model, so a baseline is found however many --model the session has."""
         return self.benchmark.name
 

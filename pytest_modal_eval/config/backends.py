@@ -37,42 +37,41 @@ class BackendSpec:
         return self.check_timeout_s + extra
 
 
-BACKENDS: dict[str, BackendSpec] = {
-    spec.name: spec
-    for spec in (
-        # Extra 300 s for the first answer through Modal: a cold start can pass the startup
-        # timeout.
-        BackendSpec(
-            "modal",
-            starts_server=True,
-            runs_here=False,
-            proxied=True,
-            on_modal=True,
-            check_timeout_s=300.0,
-            check_waits_for_startup=True,
-        ),
-        # A locally started vLLM already answers /health when it is checked.
-        BackendSpec(
-            "local",
-            starts_server=True,
-            runs_here=True,
-            proxied=False,
-            on_modal=False,
-            check_timeout_s=30.0,
-        ),
-        BackendSpec(
-            "endpoint",
-            starts_server=False,
-            runs_here=False,
-            proxied=False,
-            on_modal=False,
-            check_timeout_s=15.0,
-        ),
-    )
-}
+#: Serve on Modal: deploy (or reuse) the app, through the plugin's redirect proxy. Extra 300 s
+#: for the first answer: a cold start can pass the startup timeout.
+MODAL = BackendSpec(
+    "modal",
+    starts_server=True,
+    runs_here=False,
+    proxied=True,
+    on_modal=True,
+    check_timeout_s=300.0,
+    check_waits_for_startup=True,
+)
+#: Start vLLM on this machine; it already answers /health when it is checked.
+LOCAL = BackendSpec(
+    "local",
+    starts_server=True,
+    runs_here=True,
+    proxied=False,
+    on_modal=False,
+    check_timeout_s=30.0,
+)
+#: An endpoint someone else runs (``--base-url``): nothing is started.
+ENDPOINT = BackendSpec(
+    "endpoint",
+    starts_server=False,
+    runs_here=False,
+    proxied=False,
+    on_modal=False,
+    check_timeout_s=15.0,
+)
+
+#: Every backend by name: ``--backend``'s choices. Each backend's name is spelled only here.
+BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (MODAL, LOCAL, ENDPOINT)}
 
 #: ``--backend`` without ``--base-url``, when neither the option nor the ini key names one.
-DEFAULT_BACKEND = "modal"
+DEFAULT_BACKEND = MODAL.name
 
 #: The backend ``--base-url`` implies.
 BASE_URL_BACKEND = next(spec.name for spec in BACKENDS.values() if spec.takes_base_url)

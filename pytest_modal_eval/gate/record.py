@@ -16,8 +16,9 @@ def record_verdict(
 ) -> None:
     """The gate's verdict in the run's ``metadata.json`` (what ``runs``, ``show``, the report
     and ``pytest_modal_eval_finished`` hooks read): the one of the latest session that judged
-    the run; with its comparison with the reference model (``vs_reference``) when it made one.
-    A file that cannot be written leaves a warning, not an error."""
+    the run, with the threshold it applied (``threshold``, gate.min_avg_reward); with its
+    comparison with the reference model (``vs_reference``) when it made one. A file that
+    cannot be written leaves a warning, not an error."""
     paths = RunPaths(run_dir)
     try:
         metadata = paths.read_metadata()
@@ -25,6 +26,7 @@ def record_verdict(
             return
         metadata["verdict"] = "pass" if verdict.passed else "fail"
         metadata["gate_reasons"] = list(verdict.reasons)
+        metadata["threshold"] = verdict.threshold
         if reference is not None:
             figures = reference.to_dict()
             if figures["reference_run_dir"] is not None:

@@ -84,6 +84,9 @@ class Verdict:
     passed: bool
     reasons: list[str] = field(default_factory=list)  # why it failed
     warnings: list[str] = field(default_factory=list)
+    # The mean reward the gate asked for (gate.min_avg_reward), read here once: the JUnit
+    # properties, metadata.json and the HTML report take it from the verdict.
+    threshold: float | None = None
 
 
 def _unrounded(value: float, threshold: float) -> str:
@@ -137,7 +140,7 @@ def decide(
 ) -> Verdict:
     """The gate's verdict on one item; ``comparison`` is against its stored baseline,
     ``reference`` against the reference model (failing it only with ``gate.vs_reference``)."""
-    verdict = Verdict(passed=True)
+    verdict = Verdict(passed=True, threshold=gate.min_avg_reward)
     early = outcome.early_decision
     # A comparison decided by early stop is judged by its sequence (its reason comes with the
     # sequences' below), not by a test on the random subset that was evaluated.

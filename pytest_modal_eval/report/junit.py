@@ -34,7 +34,7 @@ def record_properties(
 ) -> None:
     """Attach the figures as ``user_properties`` (str/int/float only: they cross xdist)."""
     s = outcome.summary
-    threshold = item.benchmark.config.gate.min_avg_reward  # type: ignore[attr-defined]
+    threshold = verdict.threshold
     props: list[tuple[str, Any]] = [
         ("benchmark", item.benchmark.name),  # type: ignore[attr-defined]
         ("model", model),

@@ -131,10 +131,11 @@ def read_run(run_dir: Path, key: str, session: SessionFigures | None = None) -> 
         )
     run_config = paths.read_run_config() or {}
     session = session or SessionFigures()
-    threshold = session.threshold
-    if threshold is None:
-        gate = (run_config.get("config") or {}).get("gate") or {}
-        threshold = _float(gate.get("min_avg_reward"))
+    # The gate's threshold as the verdict applied it: this session's, else the one recorded
+    # with the run's verdict (gate/record.py).
+    threshold = (
+        session.threshold if session.threshold is not None else _float(meta.get("threshold"))
+    )
     comparisons = _comparisons(meta)
     if session.comparison is not None:
         comparisons.insert(0, {"label": "stored baseline", **session.comparison})

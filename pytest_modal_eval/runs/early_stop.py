@@ -76,7 +76,7 @@ class PairedGate:
     max_drop: float
     alpha: float
     field: str  # the setting of max_drop, for messages
-    # The run's baseline key (evaluation.comparable_fields) the comparison needs: a baseline
+    # The run's baseline key (answer_key.comparable_fields) the comparison needs: a baseline
     # made under another configuration is not compared with. None: no such condition.
     config_hash: str | None = None
 

@@ -1,4 +1,5 @@
-"""One benchmark evaluated once: pick or resume its run, run what is missing, write outputs."""
+"""One benchmark evaluated once: run what its run still misses, write its outputs (which run it
+continues is chosen by :class:`~pytest_modal_eval.runs.resume.RunChoice`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.client.answer_journal import AnswerJournal
 from pytest_modal_eval.client.rollout_seeds import SLOT_WAIT_COLUMN, match_seat_rollouts
 from pytest_modal_eval.runs import heap
+from pytest_modal_eval.runs.answer_key import canonical_hash, comparable_fields, fingerprint_rows
 from pytest_modal_eval.runs.early_stop import (
     REWARD,
     EarlyStop,
@@ -22,11 +24,6 @@ from pytest_modal_eval.runs.early_stop import (
 )
 from pytest_modal_eval.runs.early_stop import build as build_early_stop
 from pytest_modal_eval.runs.early_stop import record as early_stop_record
-from pytest_modal_eval.runs.identity import (
-    describe_change,
-    describe_weights,
-    model_run_dir,
-)
 from pytest_modal_eval.runs.outcome import (
     ExampleResult,
     Interrupted,
@@ -37,35 +34,14 @@ from pytest_modal_eval.runs.outcome import (
 from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.runs.record import rollout_record
 from pytest_modal_eval.runs.request import RunRequest
-from pytest_modal_eval.runs.resume import (
-    PriorRun,
-    RunIndex,
-    answer_fields,
-    canonical_hash,
-    comparable_fields,
-    differing_fields,
-    fingerprint_rows,
-)
+from pytest_modal_eval.runs.resume import PriorRun, RunChoice
 from pytest_modal_eval.runs.rollout_batches import run_grouped, verifiers_log_to
-from pytest_modal_eval.runs.run_files import (
-    checkpoint_meta,
-    link_server_logs,
-    metadata_json,
-    other_verifiers_api,
-    run_config_json,
-    verifiers_api,
-)
+from pytest_modal_eval.runs.run_files import checkpoint_meta, metadata_json
 from pytest_modal_eval.runs.seats import SeatPlan, seat_outcomes
 from pytest_modal_eval.runs.state import RunState
-from pytest_modal_eval.runs.store import (
-    Checkpoint,
-    json_default,
-    new_run_id,
-    write_json_atomic,
-    write_results,
-)
+from pytest_modal_eval.runs.store import Checkpoint, json_default, write_json_atomic, write_results
 from pytest_modal_eval.runs.times import RecordedTimes
-from pytest_modal_eval.runs.writer_lock import RunWriter, WriterSpec, choosing
+from pytest_modal_eval.runs.writer_lock import RunWriter
 from pytest_modal_eval.serving.costs import ServerTime
 from pytest_modal_eval.serving.endpoint import EndpointInfo
 
@@ -109,76 +85,25 @@ class BenchmarkRun:
         self.selected_ids = self.rows.example_ids()
         self.rollouts = config.eval.rollouts
         self.sampling = config.sampling.as_request_args()
-        self._dataset = fingerprint_rows(all_rows)
-        self.slug, self.benchmark_dir = model_run_dir(
-            request.output_dir, request.benchmark.name, request.model
-        )
-        # Keyed by output directory too: runs written elsewhere are not continued here.
-        item_key = canonical_hash([request.index_key, request.model, str(self.benchmark_dir)], 8)
-        self.index = RunIndex(
-            request.cache, f"{request.benchmark.name}-{item_key}", self.benchmark_dir
-        )
-        self._finished: PriorRun | None = None  # its state is the one _state_of kept
-        self._stopped_early = False  # _finished stopped early: the gate is decided already
-        self._last_read: tuple[Path, RunState] | None = None
-        # The run's lock, held from when its run is found until the item ends (see close()).
-        self.writer = RunWriter(
-            request.writer or WriterSpec(session=new_run_id(), item=request.benchmark.name)
-        )
-
-    def answer_fields(self, chat_template: dict[str, str] | str | None) -> dict[str, Any]:
-        config = self.request.benchmark.config
-        return answer_fields(
-            model=self.request.model,
-            env_id=config.env_id,
-            env_args=config.env_args,
-            dataset_fingerprint=self._dataset,
-            sampling=self.sampling,
+        # Which run this evaluation continues, and the run's lock (see resume.RunChoice).
+        self.choice = RunChoice(
+            request,
+            self.selected_ids,
             rollouts=self.rollouts,
-            chat_template=chat_template,
-            vllm=config.vllm.model_dump(),
-            endpoint_identity=self.request.endpoint_identity,
-            weights=self.request.identity.key if self.request.identity else None,
-            # Every seat has its records whichever is the headline: agent.seat changes no answer.
-            agent=config.agent.model_dump(exclude_none=True, exclude={"seat"}),
+            sampling=self.sampling,
+            dataset=fingerprint_rows(all_rows),
+            read_state=self._read_state,
         )
 
     @property
-    def unchecked(self) -> str | None:
-        """Why the weights could not be checked, when they could not."""
-        return self.request.identity.unchecked if self.request.identity else None
+    def writer(self) -> RunWriter:
+        """The run's lock, held from when its run is found until the item ends."""
+        return self.choice.writer
 
     def finished_without_server(self) -> PriorRun | None:
-        """The run this one continues if it has every selected example finished, found
-        without a server; then :meth:`run` needs no endpoint.
-
-        When the weights could not be checked, the newest finished run that matches in all
-        else is reused, and the outcome's note says its weights were not checked.
-        """
-        if self.request.fresh:
-            return None
-        config = self.request.benchmark.config
-        applies = self.request.applies_template
-        ignore = frozenset(
-            (["chat_template"] if applies is not None else [])
-            + (["weights"] if self.unchecked else [])
-        )
-        if not ignore:
-            prior = self.index.find(canonical_hash(self.answer_fields(config.chat_template)))
-        else:
-            template = None if applies is not None else config.chat_template
-            prior = self.index.newest_alike(self.answer_fields(template), ignore, applies)
-        if prior is None:
-            return None
-        # Before any server: a session evaluating this run may finish it meanwhile.
-        self._claim(prior.run_dir)
-        state = self._state_of(prior.run_dir)
-        if any(state.missing(i) for i in self.selected_ids) and not self._decided_early(
-            prior.fields, state
-        ):
-            return None
-        self._finished = prior
-        return prior
+        """The run this one continues if it has every selected example finished (or its gate
+        was decided early), found without a server; then :meth:`run` needs no endpoint."""
+        return self.choice.finished(self._decided_early)
 
     def _decided_early(self, fields: dict[str, Any], state: RunState) -> bool:
         """Whether ``gate.early_stop`` decides the gate on the examples the run has finished
@@ -190,40 +115,21 @@ class BenchmarkRun:
         for example_id in self.selected_ids:
             if state.finished(example_id):
                 early.finished(example_id, self._values(early, state, example_id))
-        self._stopped_early = early.decided
         return early.decided
 
     def close(self) -> None:
         """Give up the run's lock: the item is done with the run (or failed before its run)."""
-        self.writer.release()
+        self.choice.close()
 
-    def _claim(self, run_dir: Path) -> None:
-        """Hold ``run_dir``'s lock, waiting for the process evaluating it (RunLockError when it
-        does not finish in time); what it finished meanwhile is read afresh."""
-        if self.writer.held != run_dir:
-            self.writer.claim(run_dir)
-            self._last_read = None
-
-    def _try_claim(self, run_dir: Path) -> bool:
-        """Hold ``run_dir``'s lock if no other process does."""
-        if self.writer.held == run_dir:
-            return True
-        self._last_read = None
-        return self.writer.try_claim(run_dir)
-
-    def _state_of(self, run_dir: Path) -> RunState:
-        """The run's checkpoint folded into a state; kept, so a run that turns out unfinished
-        is not read twice (at 100,000 examples a read takes seconds)."""
-        if self._last_read is None or self._last_read[0] != run_dir:
-            state = RunState.from_checkpoint(
-                Checkpoint(run_dir),
-                self.selected_ids,
-                self.rollouts,
-                self.seat_plan.seats,
-                self.seat_plan.headline,
-            )
-            self._last_read = run_dir, state
-        return self._last_read[1]
+    def _read_state(self, run_dir: Path) -> RunState:
+        """A run's checkpoint folded into a state for this run's selection and seats."""
+        return RunState.from_checkpoint(
+            Checkpoint(run_dir),
+            self.selected_ids,
+            self.rollouts,
+            self.seat_plan.seats,
+            self.seat_plan.headline,
+        )
 
     def run(
         self,
@@ -238,7 +144,7 @@ class BenchmarkRun:
         on_server_since = time.monotonic()
         request, config = self.request, self.request.benchmark.config
         rows, selected_ids, rollouts = self.rows, self.selected_ids, self.rollouts
-        chosen = self._choose(info)
+        chosen = self.choice.choose(info)
         run_id, run_dir, fields, answer_hash = (
             chosen.run_id, chosen.run_dir, chosen.fields, chosen.answer_hash
         )  # fmt: skip
@@ -456,7 +362,7 @@ class BenchmarkRun:
         if info is not None:
             # A run stopped early is not complete: a run without early stop goes on with it.
             complete = not outcome.errored and outcome.early_decision is None
-            self._record(answer_hash, run_dir, run_id, fields, complete=complete)
+            self.choice.record(answer_hash, run_dir, run_id, fields, complete=complete)
         return outcome
 
     def _early_stop(
@@ -484,150 +390,3 @@ class BenchmarkRun:
             else {}
         )
         return example_values(list(early.thresholds), state.rewards(example_id), metrics)
-
-    def _choose(self, info: EndpointInfo | None) -> _ChosenRun:
-        """The run to continue (or a new one), its answer key, and what it has finished."""
-        request, config = self.request, self.request.benchmark.config
-        note: str | None = None
-        if info is None:
-            if self._finished is None:
-                raise RuntimeError("a run without an endpoint must be finished already")
-            prior = self._finished
-            state = self._state_of(prior.run_dir)
-            skipped = (
-                "nothing was asked of the endpoint but which model it serves"
-                if request.applies_template is None
-                else "no server was started"
-            )
-            note = (
-                f"run {prior.run_id} stopped early with the gate decided (gate.early_stop): "
-                f"nothing to send, {skipped}"
-                if self._stopped_early
-                else f"every selected example was finished in run {prior.run_id}: "
-                f"nothing to evaluate, {skipped}"
-            )
-            if self.unchecked:
-                made = describe_weights(prior.fields.get("weights"))
-                note += (
-                    f"; the weights could NOT be checked ({self.unchecked}), so these are the "
-                    f"numbers of run {prior.run_id}, made with weights {made}"
-                )
-            return _ChosenRun(
-                prior.run_id, prior.run_dir, prior.fields, canonical_hash(prior.fields), state,
-                serving_note=note,
-            )  # fmt: skip
-        fields = self.answer_fields(info.chat_template or config.chat_template)
-        answer_hash = canonical_hash(fields)
-        # Found, started and recorded under the choosing lock: a session starting at the same
-        # moment finds this run, not none (and does not start a second run of the same key).
-        with choosing(self.benchmark_dir):
-            found = None if request.fresh else self.index.find(answer_hash)
-            note = self._continue_note(found, fields, answer_hash)
-            if found is None:
-                run_id = new_run_id()
-                run_dir = self.benchmark_dir / run_id
-            else:
-                run_id, run_dir = found.run_id, found.run_dir
-            claimed = self._try_claim(run_dir)  # always, for a new run
-            if claimed:
-                self._set_up(info, found, run_id, run_dir, answer_hash, fields)
-        if not claimed:  # another process evaluates it: wait, without holding up the choosing
-            self._claim(run_dir)
-            self._set_up(info, found, run_id, run_dir, answer_hash, fields)
-        state = self._state_of(run_dir)
-        self._last_read = None  # the run owns it now
-        return _ChosenRun(run_id, run_dir, fields, answer_hash, state, new_run_note=note)
-
-    def _continue_note(
-        self, found: PriorRun | None, fields: dict[str, Any], answer_hash: str
-    ) -> str | None:
-        """One line on the run continued (or the new one) when something about it needs saying."""
-        note: str | None = None
-        if found is None and not self.request.fresh:
-            note = self._new_run_note(fields, answer_hash)
-        elif found is not None and self.unchecked:
-            note = (
-                f"the weights could not be checked ({self.unchecked}); run {found.run_id} goes on"
-            )
-        if found is not None and (started_with := other_verifiers_api(found.run_dir)):
-            # Same examples and configuration under the other API: the run goes on, and says so.
-            switched = (
-                f"run {found.run_id} was started with {started_with} and goes on with "
-                f"{verifiers_api()}: its examples and configuration are the same"
-            )
-            note = f"{note}; {switched}" if note else switched
-        return note
-
-    def _set_up(
-        self,
-        info: EndpointInfo,
-        found: PriorRun | None,
-        run_id: str,
-        run_dir: Path,
-        answer_hash: str,
-        fields: dict[str, Any],
-    ) -> None:
-        """The held run's directory, logs and ``run_config.json``, and its entry in the index
-        (written when the run starts, so that even a killed run is found)."""
-        request = self.request
-        RunPaths(run_dir).logs.mkdir(parents=True, exist_ok=True)
-        link_server_logs(
-            Path(info.server_logs) if info.server_logs else None, RunPaths(run_dir).logs
-        )
-        if found is None or not RunPaths(run_dir).is_run():
-            run_config = run_config_json(
-                request, info, run_id, run_dir, answer_hash, fields, self.slug, len(self.rows)
-            )
-            write_json_atomic(
-                RunPaths(run_dir).run_config, request.redactor.json(run_config, by_name=False)
-            )
-        self._record(answer_hash, run_dir, run_id, fields, complete=False)
-
-    def _new_run_note(self, fields: dict[str, Any], answer_hash: str) -> str | None:
-        """One line on why a new run starts, when an earlier run of this item exists: the
-        weights changed (or could not be checked), or its configuration differs."""
-        newest = self.index.newest(exclude=answer_hash)
-        if newest is not None and (made := other_verifiers_api(newest.run_dir)):
-            changed_text = ", ".join(differing_fields(newest.fields, fields)) or "unknown fields"
-            return (
-                f"run {newest.run_id} was made with {made} and {verifiers_api()} is installed; "
-                f"the environment differs between the two ({changed_text} differ), so that run "
-                "is not continued; starting a new run"
-            )
-        if newest is not None:
-            changed = differing_fields(newest.fields, fields)
-            if any(name == "weights" or name.startswith("weights.") for name in changed):
-                old, new = newest.fields.get("weights"), fields.get("weights")
-                if new is None:
-                    what = f"the weights could not be checked ({self.unchecked})"
-                else:
-                    what = f"the model changed since run {newest.run_id}: " + describe_change(
-                        old, new
-                    )
-                others = [n for n in changed if n != "weights" and not n.startswith("weights.")]
-                also = f"; {', '.join(others)} differ too" if others else ""
-                return f"{what}{also}; starting a new run"
-        other = self.index.latest_incomplete(exclude=answer_hash)
-        if other is None:
-            return None
-        changed_text = ", ".join(differing_fields(other.fields, fields)) or "unknown fields"
-        return (
-            f"an earlier incomplete run {other.run_id} exists with a different "
-            f"configuration ({changed_text} differ); starting a new run"
-        )
-
-    def _record(
-        self, answer_hash: str, run_dir: Path, run_id: str, fields: dict[str, Any], complete: bool
-    ) -> None:
-        self.index.record(answer_hash, PriorRun(run_dir, run_id, fields, complete), time.time())
-
-
-@dataclass
-class _ChosenRun:
-    run_id: str
-    run_dir: Path
-    fields: dict[str, Any]
-    answer_hash: str
-    state: RunState
-    new_run_note: str | None = None
-    serving_note: str | None = None

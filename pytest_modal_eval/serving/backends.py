@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_modal_eval.config.backends import BACKENDS, backend
+from pytest_modal_eval.config.backends import BACKENDS, LOCAL, MODAL, backend
 from pytest_modal_eval.config.locations import vllm_interpreter
 from pytest_modal_eval.config.options import Settings
 from pytest_modal_eval.serving.endpoint import (
@@ -64,7 +64,7 @@ def _modal_server(
 
 
 #: How each backend that starts a server builds it.
-SERVER_FACTORIES: dict[str, ServerFactory] = {"modal": _modal_server, "local": _local_server}
+SERVER_FACTORIES: dict[str, ServerFactory] = {MODAL.name: _modal_server, LOCAL.name: _local_server}
 assert set(SERVER_FACTORIES) == {n for n, spec in BACKENDS.items() if spec.starts_server}, (
     "every backend that starts a server needs a factory"
 )
