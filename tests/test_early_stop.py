@@ -185,7 +185,7 @@ def test_the_reference_comparison_stops_early_once_the_reference_finished(
     project: BenchmarkProject,
 ) -> None:
     _two_models(project, 0.3)
-    result = project.run("--model", "model-b", "--junitxml=report.xml")
+    result = project.run("--model", "model-b", "--junitxml=report.xml", *FEW_IN_FLIGHT)
     result.assert_outcomes(passed=1, failed=1)
     reference = _newest_metadata(project)
     # The reference runs to the end: the other models are compared with all of it.
@@ -193,6 +193,9 @@ def test_the_reference_comparison_stops_early_once_the_reference_finished(
     assert "the session's other models are compared with this one" in str(reference["early_stop"])
     early = _challenger(project)["early_stop"]
     assert early["decided"] and early["deciding"] == "vs_reference", early
+    # Decided after a small share; with few examples in flight, few more were evaluated (with
+    # the default hundreds in flight, the examples sent meanwhile depend on the machine's pace).
+    assert early["decided_after"] < 0.25 * 400
     assert early["evaluated"] < 0.5 * 400
     assert early["comparisons"]["vs_reference"]["regressed"] is True
     result.stdout.fnmatch_lines(["*significant drop from the reference model test-model*"])
@@ -211,10 +214,13 @@ def test_a_deselected_reference_leaves_the_thresholds_to_decide(
     _two_models(project, 0.9)
     # The challenger alone: no comparison can be made (the gate fails for want of it), so
     # none is waited for and the minimum decides.
-    alone = project.run("--model", "model-b", "-k", "model-b")
+    alone = project.run("--model", "model-b", "-k", "model-b", *FEW_IN_FLIGHT)
     alone.assert_outcomes(failed=1)
     early = _challenger(project)["early_stop"]
     assert early["decided"] and early["comparisons"] == {}, early
+    # Decided after a small share; with few examples in flight, few more were evaluated (with
+    # the default hundreds in flight, the examples sent meanwhile depend on the machine's pace).
+    assert early["decided_after"] < 0.25 * 400
     assert early["evaluated"] < 0.5 * 400
 
 
