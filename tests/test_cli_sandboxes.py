@@ -104,6 +104,27 @@ def test_stop_sandboxes_ends_this_tools_sandboxes_and_no_other(stand_in: Modal) 
     assert "nothing to end" in stop("-y").stdout
 
 
+def test_a_sandbox_that_cannot_be_ended_does_not_stop_the_others(
+    stand_in: Modal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = stand_in.leave_sandboxes(session_tags("s"), session_tags("s"))
+    terminate = stand_in.module.Sandbox._terminate
+
+    async def refuse_first(self: object, **kwargs: object) -> None:
+        if getattr(self, "object_id", None) == first:
+            raise RuntimeError("Modal refused")
+        await terminate(self, **kwargs)
+
+    monkeypatch.setattr(stand_in.module.Sandbox, "_terminate", refuse_first)
+    result = stop("-y")
+
+    assert result.exit_code == 1, result.output
+    assert f"ended {second}" in result.stdout and f"ended {first}" not in result.stdout
+    assert "1 of 2 sandbox(es) could not be ended" in result.output
+    assert f"could not end Modal sandbox {first}: RuntimeError: Modal refused" in result.output
+    assert stand_in.ended() == {first: "", second: "terminated"}
+
+
 def test_dry_run_and_declining_end_nothing(stand_in: Modal) -> None:
     ours = stand_in.leave_sandboxes(session_tags("session-a"), session_tags("session-b"))
 

@@ -136,8 +136,18 @@ def stop_sandboxes(session: str | None, dry_run: bool, yes: bool) -> None:
                 f"end {len(found)} sandbox(es)? A pytest still running loses their rollouts",
                 abort=True,
             )
+        failed = []
         for sandbox in found:
-            sandbox.terminate()
+            try:
+                sandbox.terminate()
+            except ServingError as exc:  # the others are still ended
+                failed.append(str(exc))
+                continue
             say(f"ended {shown(sandbox.sandbox_id, newlines=False)}")
+        if failed:
+            raise ServingError(
+                f"{len(failed)} of {len(found)} sandbox(es) could not be ended "
+                f"({'; '.join(failed)}); run the command again"
+            )
     except ServingError as exc:
         raise click.ClickException(str(exc)) from None

@@ -24,7 +24,10 @@ def reachable(url: str, timeout: float = 3.0) -> bool:
     parsed = urlparse(url)
     if not parsed.hostname:
         return False
-    port = parsed.port or (443 if parsed.scheme in ("https", "grpcs") else 80)
+    try:
+        port = parsed.port or (443 if parsed.scheme in ("https", "grpcs") else 80)
+    except ValueError:  # a port that is not a number
+        return False
     try:
         with socket.create_connection((parsed.hostname, port), timeout=timeout):
             return True
