@@ -150,6 +150,11 @@ def test_the_report_shows_the_threshold_the_verdict_applied(project: BenchmarkPr
     assert run_config["config"]["gate"]["min_avg_reward"] == 0.5  # as the run was started
     assert json.loads((run_dir / "metadata.json").read_text())["threshold"] == 0.25
     assert read_run(run_dir, "hard").threshold == 0.25
+    # A run recorded without a threshold shows the gate it was started with.
+    metadata = json.loads((run_dir / "metadata.json").read_text())
+    del metadata["threshold"]
+    (run_dir / "metadata.json").write_text(json.dumps(metadata))
+    assert read_run(run_dir, "hard").threshold == 0.5
 
 
 def test_a_verdict_that_cannot_be_recorded_is_a_warning(

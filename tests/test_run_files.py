@@ -174,6 +174,19 @@ def test_a_damaged_run_is_one_identical_error_in_every_command(tmp_path: Path, d
     assert not (tmp_path / "r.html").exists()
 
 
+def test_show_names_a_comparison_it_cannot_read(tmp_path: Path) -> None:
+    """A ``vs_reference`` in metadata.json that is not a comparison (edited, or from another
+    tool) is one error line naming the file and the field, not a traceback."""
+    run = write_run(tmp_path / "evals", "20260101-000000-aaaa", outputs())
+    meta = json.loads((run / "metadata.json").read_text())
+    (run / "metadata.json").write_text(json.dumps({**meta, "vs_reference": {"n_pairs": 3}}))
+    result = cli("show", str(run))
+    assert result.exit_code != 0, result.output
+    assert "Traceback" not in result.output
+    (line,) = result.output.strip().split("\n")[-1:]
+    assert line.startswith(f"Error: {run / 'metadata.json'}: field 'vs_reference'"), line
+
+
 def test_runs_names_a_damaged_run_and_lists_the_others(tmp_path: Path) -> None:
     """A metadata.json linked to /dev/zero is refused unread: `runs` still lists every other
     run, names the damaged one on stderr, and exits 1."""

@@ -17,6 +17,7 @@ from pytest_modal_eval.cli.common import (
     shown,
 )
 from pytest_modal_eval.cli.runs import reward_text, seat_text, time_text
+from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.gate.verdict import ReferenceComparison
 from pytest_modal_eval.runs.locate import find_run
 from pytest_modal_eval.runs.paths import read_listing
@@ -101,7 +102,13 @@ def show(
     echo(f"  time      {time_text(listing)}")
     if isinstance(vs_reference := metadata.get("vs_reference"), dict):
         # The comparison the session's summary printed, in the same words.
-        reference = ReferenceComparison.from_dict(vs_reference)
+        try:
+            reference = ReferenceComparison.from_dict(vs_reference)
+        except (TypeError, ValueError) as exc:
+            raise RunFileError(
+                f"{paths.metadata}: field 'vs_reference' does not hold a comparison ({exc}); "
+                "restore the file from the run's session, or re-run the benchmark"
+            ) from None
         lines = describe_comparison(reference.comparison, "reference", "this model")
         echo(f"  vs        {reference.model} (reference, run {reference.run_id}):")
         for line in lines:

@@ -132,10 +132,17 @@ def read_run(run_dir: Path, key: str, session: SessionFigures | None = None) -> 
     run_config = paths.read_run_config() or {}
     session = session or SessionFigures()
     # The gate's threshold as the verdict applied it: this session's, else the one recorded
-    # with the run's verdict (gate/record.py).
-    threshold = (
-        session.threshold if session.threshold is not None else _float(meta.get("threshold"))
-    )
+    # with the run's verdict (gate/record.py), else (a run recorded without it) the gate the
+    # run was started with.
+    threshold: float | None
+    if session.threshold is not None:
+        threshold = session.threshold
+    elif "threshold" in meta:
+        threshold = _float(meta.get("threshold"))
+    else:
+        config = run_config.get("config")
+        gate = config.get("gate") if isinstance(config, dict) else None
+        threshold = _float(gate.get("min_avg_reward")) if isinstance(gate, dict) else None
     comparisons = _comparisons(meta)
     if session.comparison is not None:
         comparisons.insert(0, {"label": "stored baseline", **session.comparison})
