@@ -83,8 +83,9 @@ def test_early_intervals_stay_within_the_rewards_range() -> None:
     wide = BenchmarkProgress("wide")  # rewards outside [0, 1] widen the range
     wide.add(_fields("3.000", 1, 10), now=0.0)
     wide.add(_fields("-1.000", 2, 10), now=1.0)
-    # A normal interval (half-width 1.96 * 2 / sqrt(2) = 2.77) cut to the rewards seen, [-1, 3].
-    assert "mean 1.000 ± 2.000" in wide.line(1.0)
+    # A normal interval (standard error sqrt(8 / 1 / 2) = 2, half-width 3.92) cut to the
+    # rewards seen: its ends are shown.
+    assert "mean 1.000 [-1.000, 3.000]" in wide.line(1.0)
 
 
 def test_the_rate_is_timed_where_the_examples_were_evaluated() -> None:

@@ -52,8 +52,9 @@ from pytest_modal_eval.serving.modal.sandboxes import session_tags
 #: verifiers' name of the runtime this module serves (``runtime: {type: modal}``).
 RUNTIME = "modal"
 #: Where the relay and its lease live in the sandbox; each runtime adds its own suffix
-#: (:attr:`RelayedModalRuntime.lease_file`), so that sandboxes sharing a filesystem (the
-#: tests' stand-in shares the host's) never renew each other's lease.
+#: (:attr:`RelayedModalRuntime.relay_file`, :attr:`RelayedModalRuntime.lease_file`), so that
+#: sandboxes sharing a filesystem (the tests' stand-in shares the host's) never renew each
+#: other's lease or rewrite each other's relay.
 RELAY_FILE = "/tmp/pytest-modal-eval-relay.py"
 LEASE_FILE = "/tmp/pytest-modal-eval-lease"
 
@@ -144,7 +145,9 @@ class RelayedModalRuntime(ModalRuntime):  # type: ignore[misc]
         self._tasks: list[asyncio.Task[None]] = []
         self._write_lock = asyncio.Lock()
         self._http: httpx.AsyncClient | None = None
-        self.lease_file = f"{LEASE_FILE}-{uuid.uuid4().hex[:12]}"
+        suffix = uuid.uuid4().hex[:12]
+        self.lease_file = f"{LEASE_FILE}-{suffix}"
+        self.relay_file = f"{RELAY_FILE.removesuffix('.py')}-{suffix}.py"
 
     async def _create_sandbox(self, app: Any) -> None:
         """verifiers' sandbox, with the watchdog as its main command, the limits and tags."""
@@ -184,14 +187,14 @@ class RelayedModalRuntime(ModalRuntime):  # type: ignore[misc]
             raise SandboxError(f"modal sandbox: the model relay did not start: {exc}") from exc
 
     async def _start_relay(self) -> None:
-        await self.write(RELAY_FILE, Path(sandbox_relay.__file__).read_bytes())
+        await self.write(self.relay_file, Path(sandbox_relay.__file__).read_bytes())
         found = await self.run(["sh", "-c", "command -v python3"], {})
         if found.exit_code != 0:
             raise SandboxError(
                 f"image {self.config.image!r} has no python3, which the model relay needs; "
                 "set agent.runtime.image to an image with python3"
             )
-        relay = await self.open_process(["python3", RELAY_FILE, self.lease_file], {})
+        relay = await self.open_process(["python3", self.relay_file, self.lease_file], {})
         lines = _lines(relay.stdout)
         first = await asyncio.wait_for(anext(lines), timeout=60)
         self._relay_port = int(json.loads(first)["port"])

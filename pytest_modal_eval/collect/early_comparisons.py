@@ -89,7 +89,10 @@ def early_comparisons(
 def _reference_means(board: ReferenceBoard, nodeid: str) -> Mapping[str, float] | str | None:
     """The reference item's per-example means once it has left them; why it has none; or None
     while it is still running."""
-    found = board.read(nodeid, wait=False)
+    try:
+        found = board.read(nodeid, wait=False)
+    except (OSError, ValueError) as exc:
+        return f"the reference's results could not be read ({exc})"
     if isinstance(found, ReferenceResults):
         return found.results.per_example
     return found.reason if found is not None else None

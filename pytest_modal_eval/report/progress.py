@@ -170,7 +170,11 @@ class BenchmarkProgress:
             low, high = running_wilson(self.n, self.mean, self._m2)
         elif self.n > 1:
             half = Z95 * math.sqrt(self._m2 / (self.n - 1) / self.n)
-            low, high = max(self.mean - half, self.low), min(self.mean + half, self.high)
+            if self.mean - half < self.low or self.high < self.mean + half:
+                # Cut to the rewards seen: its ends, so that it never reads as a half-width.
+                low, high = max(self.mean - half, self.low), min(self.mean + half, self.high)
+                return f" [{low:.3f}, {high:.3f}]"
+            low, high = self.mean - half, self.mean + half
         else:
             return ""
         above, below = f"{high - self.mean:.3f}", f"{self.mean - low:.3f}"

@@ -385,13 +385,17 @@ class ModalServer:
         assert process.stdout is not None
         copier = threading.Thread(target=self._copy_to_log, args=(process.stdout,), daemon=True)
         copier.start()
+        code: int | None = None
         try:
-            code: int | None = process.wait(timeout=timeout)
+            code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            code = None
-        copier.join(None if code is not None else 5.0)  # a killed CLI's children may hold the pipe
+            pass
+        finally:  # also on Ctrl-C: the CLI does not outlive the session
+            if code is None:
+                process.kill()
+                process.wait()
+        # The CLI's children may hold the pipe after it exits: the log gets what came by then.
+        copier.join(5.0)
         return code
 
     def _copy_to_log(self, stream: Any) -> None:
