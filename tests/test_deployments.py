@@ -164,7 +164,10 @@ def test_a_finished_run_starts_no_server(local: LocalRuns, dist: list[str]) -> N
     again = local.run(*dist, *first_two, "--override", "infra.gpu=A100")
     again.assert_outcomes(passed=2)
     assert len(local.started()) == 1
-    again.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"] * 2)
+    # One note for both benchmarks (notes that differ only by run id are said once).
+    again.stdout.fnmatch_lines(
+        ["alpha, beta (fake-model): note: *run <run>: nothing to evaluate, no server was started*"]
+    )
     more = local.run(*dist)
     more.assert_outcomes(passed=2)
     assert len(local.started()) == 2
