@@ -252,3 +252,30 @@ def test_one_seat_keys_records_by_rollout_whatever_their_agent(tmp_path: Path) -
     checkpoint = Checkpoint(tmp_path)
     checkpoint.path.write_text(json.dumps(_record(0, 0, 0.5)) + "\n")
     assert store.write_results(checkpoint, tmp_path / "r.jsonl", [0], 1, ["agent"]) == 1
+
+
+def test_run_ids_sort_by_start_time_within_one_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs started in the same second (a session that only reuses finished runs takes a
+    few milliseconds) sort by start time, whatever their random part: the newest run is the
+    last one, which is the run baselines and ``show`` pick."""
+    from datetime import UTC, datetime
+
+    times = iter(
+        [
+            datetime(2026, 11, 28, 8, 1, 16, 900_000, UTC),
+            datetime(2026, 11, 28, 8, 1, 16, 950_000, UTC),
+        ]
+    )
+    randoms = iter(["ffffff", "000000"])
+
+    class Clock:
+        @staticmethod
+        def now(tz: Any) -> datetime:
+            return next(times)
+
+    monkeypatch.setattr(store, "datetime", Clock)
+    monkeypatch.setattr(store.secrets, "token_hex", lambda n: next(randoms))
+    first, second = store.new_run_id(), store.new_run_id()
+    assert first == "20261128-080116-900fffff"
+    assert second == "20261128-080116-95000000"
+    assert sorted([second, first]) == [first, second]

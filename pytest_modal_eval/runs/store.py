@@ -37,7 +37,12 @@ META_MIN_INTERVAL_S = 1.0
 
 
 def new_run_id() -> str:
-    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
+    """``YYYYMMDD-HHMMSS-mmmxxxxx``: the UTC start time to the millisecond, then five random
+    hex digits. Sorting run ids sorts runs by start time, also runs started within one second
+    (a session that only reuses finished runs takes a few milliseconds): the newest run, which
+    baselines and ``show`` pick, is the last one."""
+    now = datetime.now(UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{now.microsecond // 1000:03d}{secrets.token_hex(3)[:5]}"
 
 
 def json_default(value: Any) -> Any:
