@@ -30,8 +30,8 @@ covers 95% reads anywhere from 94% to 96%, and the smallest of 108 such cells is
 93.7% by chance alone.
 
 Run: ``.venv/bin/python -m benchmarks.interval_coverage`` (seeded; about 5 minutes at the
-default 3,000 datasets per cell on one quiet core); ``--partial``: about 35 minutes on two
-busy cores.
+default 3,000 datasets per cell on one quiet core); ``--partial``: about 15 CPU-minutes, shared
+by the worker processes.
 """
 
 from __future__ import annotations
