@@ -80,6 +80,7 @@ class Interrupted:
     kept: int
     total: int
     run_id: str
+    run_dir: Path
 
 
 def summarise(run_dir: Path, run_id: str, state: RunState, eval_s: float) -> RunOutcome:

@@ -1,9 +1,9 @@
 "use strict";
 // Example tables: rows arrive as JSON ([id, reward, prompt, completion, answer, error, flip,
-// results.jsonl line, rollout rewards, the prompt's last user message]) and are rendered a
-// page at a time, so a report of 100,000 examples opens as fast as one of ten. The comparison
-// view's tables of disagreements ([id, reference's row, challenger's row, flip]) point into
-// the same rows.
+// line in results.jsonl (an unfinished run's: checkpoint.jsonl), rollout rewards, the
+// prompt's last user message]) and are rendered a page at a time, so a report of 100,000 examples opens as fast as one of ten.
+// The comparison view's tables of disagreements ([id, reference's row, challenger's row,
+// flip]) point into the same rows.
 (function () {
   const PAGE = 100;
   const SNIPPET = 90;
@@ -175,7 +175,7 @@
     const parts = [`example ${row[ID]}`];
     if (row[REWARD] !== null) parts.push(`mean reward ${row[REWARD].toFixed(3)}`);
     if (row[ROLLOUTS]) parts.push(`rollouts: ${row[ROLLOUTS].map(r => r.toFixed(3)).join(", ")}`);
-    if (row[LINE] !== null) parts.push(`results.jsonl line ${row[LINE]}`);
+    if (row[LINE] !== null) parts.push(`${this.details.dataset.records || "results.jsonl"} line ${row[LINE]}`);
     info.textContent = parts.join(" · ");
     td.appendChild(info);
     block(td, "prompt", row[PROMPT]);
