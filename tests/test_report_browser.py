@@ -376,3 +376,67 @@ def test_an_interrupted_session_writes_a_partial_report(
     row = page.locator("#overview tr[data-bench]")
     assert row.locator("td[data-field=verdict]").inner_text() == "PASS"
     assert row.locator("td[data-field=n]").inner_text() == f"{n} \u00d7 1"
+
+
+def test_seat_table_and_attempts(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    """A run with two seats, one played three times per rollout, as a verifiers 0.4 run
+    records it (tests/test_seat_attempts.py makes such a run for real): the page's seat table
+    shows each seat's figures and attempts from metadata.json, and an example's row unfolds to
+    each play's reward."""
+    from click.testing import CliRunner
+
+    from pytest_modal_eval.cli import main
+
+    run_dir = tmp_path / "duel--default--m" / "20261128-090000-000-abcdef12"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run_config.json").write_text(json.dumps({"benchmark": "duel", "model_id": "m"}))
+    plays = {0: [1.0, 0.0, 0.0], 1: [1.0, 1.0, 0.0]}
+    records = []
+    for i, rewards in plays.items():
+        prompt = [{"role": "user", "content": f"question {i}"}]
+        attempts = [
+            {"reward": r, "metrics": {}, "stop_condition": None, "error": None} for r in rewards
+        ]
+        records += [
+            {"example_id": i, "rollout": 0, "agent": "proposer", "prompt": prompt, "reward": 0.5,
+             "error": None, "attempts": []},
+            {"example_id": i, "rollout": 0, "agent": "solver", "prompt": prompt,
+             "reward": sum(rewards) / 3, "error": None, "attempts": attempts},
+        ]  # fmt: skip
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    solver = {
+        "avg_reward": 0.5, "stderr": 0.167, "ci": [0.2, 0.8], "n_evaluated": 2,
+        "attempts": {"per_rollout": [3, 3], "plays": 6},
+    }  # fmt: skip
+    proposer = {"avg_reward": 0.5, "stderr": 0.0, "ci": [0.5, 0.5], "n_evaluated": 2}
+    metadata = {
+        "benchmark": "duel", "model": "m", "run_id": run_dir.name, "num_examples": 2,
+        "rollouts_per_example": 1, "avg_reward": 0.5, "stderr": 0.167, "ci": [0.2, 0.8],
+        "n_evaluated": 2, "errors": 0, "seat": "solver",
+        "seats": {"proposer": proposer, "solver": solver}, "attempts": solver["attempts"],
+    }  # fmt: skip
+    (run_dir / "metadata.json").write_text(json.dumps(metadata))
+    out = tmp_path / "seats.html"
+    result = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+
+    seats = page.locator("table.seats tbody tr")
+    assert seats.evaluate_all("rows => rows.map(r => r.dataset.seat)") == ["proposer", "solver"]
+    row = page.locator("table.seats tr[data-seat=solver]")
+    assert row.get_attribute("class") == "headline"
+    assert row.locator("td[data-field=seat]").inner_text() == "solver headline"
+    assert _number(row.locator("td[data-field=mean]")) == solver["avg_reward"]
+    attempts = row.locator("td[data-field=attempts]")
+    assert json.loads(attempts.get_attribute("data-value")) == solver["attempts"]
+    assert attempts.inner_text() == "3 attempts per rollout (6 plays), reward the mean over them"
+    other = page.locator("table.seats tr[data-seat=proposer] td[data-field=attempts]")
+    assert other.inner_text() == "1 per rollout"
+    # Shown in their table, not again as raw JSON under "More of metadata.json".
+    assert page.locator("details.extra").count() == 0
+
+    examples = page.locator("details.examples")
+    examples.locator("tr.row[data-id='0'] button.open").click()
+    detail = examples.locator("tr.detail").inner_text()
+    assert "attempts: 1.000, 0.000, 0.000" in detail

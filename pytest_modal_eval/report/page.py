@@ -29,6 +29,7 @@ from pytest_modal_eval.runs.paths import CHECKPOINT, RESULTS, RunPaths
 from pytest_modal_eval.runs.reader import iter_records
 from pytest_modal_eval.runs.store import describe_error
 from pytest_modal_eval.runs.unfinished import read_unfinished
+from pytest_modal_eval.stats.format import describe_attempts
 
 #: Characters of a prompt or completion kept in the page; the rest is in results.jsonl.
 MAX_TEXT = 2000
@@ -40,7 +41,8 @@ SHOWN_KEYS = frozenset(
         "env_id", "benchmark", "model", "run_id", "num_examples", "rollouts_per_example",
         "time_ms", "avg_reward", "stderr", "ci", "ci_level", "ci_method", "n_evaluated",
         "errors", "errored_example_ids", "truncated_rollouts", "answer_hash", "verdict",
-        "threshold", "gate", "vs_reference", "early_stop", "unfinished",
+        "threshold", "gate", "vs_reference", "early_stop", "unfinished", "seat", "seats",
+        "attempts",
     }
 )  # fmt: skip
 _PASS_AT = re.compile(r"^pass(@|_at_)(\d+)$")
@@ -101,6 +103,10 @@ class RunSection:
     # session's Ctrl-C left it so; its figures are over the kept examples only.
     unfinished: dict[str, Any] | None = None
     records_file: str = RESULTS  # the file the rows' line numbers point into
+    # Several seats: each seat's figures as metadata.json records them (``seats``), the
+    # headline seat first marked; and how often the run's seat was played per rollout.
+    seats: list[dict[str, Any]] = field(default_factory=list)
+    attempts: str | None = None
 
 
 @dataclass
@@ -206,6 +212,8 @@ def read_run(
     bench.errored_rows = sum(1 for r in rows if r[5] is not None)
     vs_reference = meta.get("vs_reference")
     bench.vs_reference = dict(vs_reference) if isinstance(vs_reference, Mapping) else None
+    bench.attempts = describe_attempts(meta.get("attempts"))
+    bench.seats = _seats(meta)
     if partial is not None:
         bench.unfinished = {
             "kept": partial.kept,
@@ -215,6 +223,32 @@ def read_run(
         bench.records_file = CHECKPOINT
         bench.verdict = None  # no gate decides an unfinished run
     return bench
+
+
+def _seats(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each seat's figures from ``metadata.json`` ``seats``, in the environment's order."""
+    seats = meta.get("seats")
+    if not isinstance(seats, Mapping):
+        return []
+    shown = []
+    for name, figures in seats.items():
+        figures = figures if isinstance(figures, Mapping) else {}
+        ci = figures.get("ci")
+        if not (isinstance(ci, list) and len(ci) == 2):
+            ci = [None, None]
+        shown.append(
+            {
+                "name": str(name),
+                "headline": name == meta.get("seat"),
+                "mean": _float(figures.get("avg_reward")),
+                "stderr": _float(figures.get("stderr")),
+                "ci": (_float(ci[0]), _float(ci[1])),
+                "n_evaluated": figures.get("n_evaluated"),
+                "attempts": figures.get("attempts"),
+                "attempts_text": describe_attempts(figures.get("attempts")),
+            }
+        )
+    return shown
 
 
 def _float(value: Any) -> float | None:
@@ -348,13 +382,15 @@ def _rows(
     """One row per example (the headline seat's, with several seats): [id, mean reward or
     None, prompt, completion, answer, error, flip (0, 1 solved->missed, 2 missed->solved),
     first line in ``source`` (results.jsonl, or an unfinished run's checkpoint), rewards of its
-    rollouts, the prompt's last user message]. ``records`` are (line, record) in example
-    order."""
+    rollouts, the prompt's last user message, each rollout's plays (the rewards of a seat
+    played several times, null for an errored play; null when every rollout played once)].
+    ``records`` are (line, record) in example order."""
     rows: list[list[Any]] = []
     cut = 0
     current: list[Any] | None = None
     rewards: list[float] = []
     completions: list[str] = []
+    plays: list[list[float | None]] = []
 
     def close() -> None:
         if current is None:
@@ -368,6 +404,7 @@ def _rows(
         else:
             current[3] = completions[0] if completions else ""
         current[8] = rewards[:] if len(rewards) > 1 else None
+        current[10] = plays[:] if any(len(p) > 1 for p in plays) else None
         rows.append(current)
 
     # Several seats: the rows are the headline seat's, whose figures the report shows.
@@ -384,11 +421,12 @@ def _rows(
             flip = 1 if example_id in lost else 2 if example_id in gained else 0
             answer = record.get("answer")
             current = [example_id, None, prompt, "", "" if answer is None else str(answer),
-                       None, flip, line, None, question]  # fmt: skip
-            rewards, completions = [], []
+                       None, flip, line, None, question, None]  # fmt: skip
+            rewards, completions, plays = [], [], []
         completion, was_cut = _cut(_text(record.get("completion")), line, source)
         cut += was_cut
         completions.append(completion)
+        plays.append([_play_reward(play) for play in record.get("attempts") or ()])
         if record.get("error"):
             current[5] = describe_error(record["error"])
         else:
@@ -397,8 +435,18 @@ def _rows(
     seen = {row[0] for row in rows}
     for example_id in meta.get("errored_example_ids") or ():
         if str(example_id) not in seen:
-            rows.append([str(example_id), None, "", "", "", "not evaluated", 0, None, None, ""])
+            rows.append(
+                [str(example_id), None, "", "", "", "not evaluated", 0, None, None, "", None]
+            )
     return rows, cut
+
+
+def _play_reward(play: Any) -> float | None:
+    """One play of a seat played several times (a record's ``attempts``): its reward, or None
+    when it errored."""
+    if not isinstance(play, Mapping) or play.get("error"):
+        return None
+    return _float(play.get("reward"))
 
 
 # -- the comparison view ---------------------------------------------------------------------

@@ -83,6 +83,7 @@ def read_unfinished(paths: RunPaths) -> UnfinishedRun:
         "errors": len(errored),
         "errored_example_ids": sorted(errored),
         "truncated_rollouts": end.truncated_rollouts,
+        **({"attempts": end.attempts} if end.attempts is not None else {}),
         "unfinished": {"kept": kept, "total": total},
     }
     if plan.seats:
