@@ -21,7 +21,7 @@ from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.gate.verdict import ReferenceComparison
 from pytest_modal_eval.runs.locate import find_run
 from pytest_modal_eval.runs.paths import read_listing
-from pytest_modal_eval.stats.format import describe_comparison
+from pytest_modal_eval.stats.format import describe_attempts, describe_comparison
 
 
 def _text(messages: Any, limit: int = 400) -> str:
@@ -34,6 +34,16 @@ def _text(messages: Any, limit: int = 400) -> str:
         text = "" if messages is None else str(messages)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _play(play: Any) -> str:
+    """One of a record's ``attempts``: its reward, or ERROR."""
+    if not isinstance(play, dict):
+        return "?"
+    if play.get("error"):
+        return "ERROR"
+    reward = play.get("reward")
+    return f"{float(reward):g}" if isinstance(reward, (int, float)) else "?"
 
 
 @click.command()
@@ -95,8 +105,12 @@ def show(
     echo(f"  state     {listing.state_text}")
     echo(f"  reward    {reward_text(listing)}")
     metadata = paths.read_metadata() or {}
-    for name, figures in (metadata.get("seats") or {}).items():
-        echo(f"    {name}: {seat_text(figures)}")
+    seats = metadata.get("seats") or {}
+    if not seats and (attempts := describe_attempts(metadata.get("attempts"))):
+        echo(f"  attempts  {attempts}")
+    for name, figures in seats.items():
+        played = describe_attempts(figures.get("attempts"))
+        echo(f"    {name}: {seat_text(figures)}" + (f"; {played}" if played else ""))
     if listing.verdict:
         echo(f"  verdict   {listing.verdict}")
     echo(f"  time      {time_text(listing)}")
@@ -134,6 +148,10 @@ def show(
         mark = "ERROR" if record.get("error") else f"reward {float(record.get('reward') or 0):g}"
         # Several seats: one record per seat per rollout, each named.
         seat = f" [{record['agent']}]" if record.get("seats") and record.get("agent") else ""
+        # A seat played several times: the reward is the mean of its plays, each shown.
+        plays = record.get("attempts") or []
+        if len(plays) > 1:
+            mark += "  attempts " + ", ".join(_play(play) for play in plays)
         echo(f"- #{record['example_id']} r{record.get('rollout') or 0}{seat}  {mark}")
         echo(f"    prompt:     {_text(record.get('prompt'))}")
         echo(f"    completion: {_text(record.get('completion'))}")
