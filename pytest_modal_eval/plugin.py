@@ -26,6 +26,7 @@ from pytest_modal_eval.collect.items import (
 )
 from pytest_modal_eval.collect.server_plan import PLAN_KEY, ServerPlan
 from pytest_modal_eval.config.backends import backend
+from pytest_modal_eval.config.locations import session_logs_dir
 from pytest_modal_eval.config.options import add_options, resolve_settings
 from pytest_modal_eval.exceptions import OptionError, ShareError
 from pytest_modal_eval.report.redaction import RedactedOutput
@@ -150,15 +151,6 @@ def _check_path_options(config: pytest.Config) -> None:
                 f"path, and chooses its rootdir from it (now {config.rootpath}). Write "
                 f"{flag}={value} instead."
             )
-
-
-def session_logs_dir(output_dir: Path) -> Path:
-    """Where this session's servers write their logs: a directory of its own (named by its UTC
-    start), so a failed start shows this session's lines and each run's log links keep
-    pointing at the log of the server that answered it."""
-    from datetime import UTC, datetime
-
-    return output_dir / "logs" / f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
 def _check_local_models(models: tuple[str, ...]) -> None:
