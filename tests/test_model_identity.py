@@ -464,7 +464,8 @@ def test_eval_endpoint_and_benchmarks_share_the_server_at_the_pinned_commit(
 def test_run_directories_are_named_by_the_label_and_earlier_names_are_still_found(
     tmp_path: Path,
 ) -> None:
-    from pytest_modal_eval.runs.identity import legacy_model_slug, model_run_dir, model_slug
+    from pytest_modal_eval.model_names import legacy_model_slug, model_slug
+    from pytest_modal_eval.runs.paths import model_run_dir
 
     assert model_slug("org/a b") == "org--a-b"  # the label's spelling, after the kind of name
     assert legacy_model_slug("org/a b") == "org--a b"

@@ -1,5 +1,5 @@
-"""A model's identity and names: the weights' identity in the answer key, the label in test
-ids and the slug in run directories' names.
+"""A model's identity: which weights answer, as the answer key holds it (a model's names are
+``model_names.py``'s).
 
 A finished run is reused when its answer key matches, and the model's *name* does not say
 which weights answer: a checkpoint directory is overwritten, a Hub id gets a new commit, a
@@ -259,61 +259,6 @@ def _short(value: Any) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:200] if text else ""
-
-
-# --- names ---------------------------------------------------------------------------------
-# A model id has one spelling for people and paths, its label (test ids, `runs --model`). A run
-# directory's name puts before it what kind of name it is (`local--` a directory, `default--` an
-# id without an organisation), so that `org/x` and a directory named `x` never share runs.
-
-
-def model_label(model: str) -> str:
-    """The model's one spelling for people and paths: ``Qwen/Qwen3-8B`` -> ``Qwen--Qwen3-8B``;
-    ``./ckpt/step-100/`` -> ``step-100``. Only letters, digits, ``.``, ``_`` and ``-``: it goes
-    into test ids (where ``[`` or ``::`` would break ``--lf``) and directory names."""
-    path = Path(model).expanduser()
-    text = path.name if path.is_dir() else "--".join(p for p in model.split("/") if p)
-    return re.sub(r"[^A-Za-z0-9._-]", "-", text) or "model"
-
-
-def model_slug(model: str) -> str:
-    """The model's part of a run directory's name: its :func:`model_label`, after the kind of
-    name it is: ``org/name`` -> ``org--name``; ``name`` -> ``default--name``; a local directory
-    -> ``local--dirname`` (named by the directory a symlink points to, so a renamed link keeps
-    its runs)."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return f"local--{model_label(str(path.resolve()))}"
-    if len([p for p in model.split("/") if p]) > 1:
-        return model_label(model)
-    return f"default--{model_label(model)}"
-
-
-def legacy_model_slug(model: str) -> str:
-    """The run-directory slug of runs made before the slug was spelled from the label. It
-    differs from :func:`model_slug` only for ids with characters the label replaces (a space,
-    ``~`` not expanded, ...); such a model's existing runs are found under this name."""
-    path = Path(model)
-    if path.is_dir():
-        return f"local--{path.resolve().name}"
-    parts = [p for p in model.strip("/").split("/") if p]
-    return "--".join(parts) if len(parts) > 1 else f"default--{parts[0]}"
-
-
-def model_run_dir(output_dir: Path, benchmark: str, model: str) -> tuple[str, Path]:
-    """The slug and directory holding a benchmark's runs with ``model``: the slug's, unless only
-    the plain spelling's directory exists (``legacy_model_slug``: its runs stay resumable)."""
-    # Here: test ids import this module at collection, and the run layout brings pydantic.
-    from pytest_modal_eval.runs.paths import benchmark_dir
-
-    slug = model_slug(model)
-    found = benchmark_dir(output_dir, benchmark, slug)
-    legacy = legacy_model_slug(model)
-    if legacy != slug and not found.exists():
-        old = benchmark_dir(output_dir, benchmark, legacy)
-        if old.is_dir():
-            return legacy, old
-    return slug, found
 
 
 # --- one request's model ---------------------------------------------------------------------

@@ -17,8 +17,8 @@ import pytest
 
 from pytest_modal_eval.collect.example_reports import ExampleStatusWords, PassedExampleReports
 from pytest_modal_eval.collect.server_plan import ENDPOINT_FIXTURE, ServerPlan
+from pytest_modal_eval.model_names import model_label
 from pytest_modal_eval.report.redaction import RedactedOutput
-from pytest_modal_eval.runs.identity import model_label
 
 #: The name :class:`WorkerSession` is registered under.
 WORKER_PLUGIN = "modal_eval_worker"
