@@ -267,31 +267,38 @@ def _first_line(exc: BaseException) -> str:
 ServedModel = Callable[["ServerRequest"], tuple[dict[str, Any] | None, str | None]]
 
 
-def model_identity(
-    request: ServerRequest,
-    found: dict[str, ModelIdentity],
-    served: ServedModel,
-    cache: Any,
-) -> ModelIdentity:
-    """Which weights answer ``request``, looked up once per process and model (``found`` keeps
-    them): what a ``--base-url`` endpoint says it serves (``served``), a local directory's
-    content digest (fingerprints kept in pytest's ``cache``), or the commit the Hub resolves the
-    id (and ``vllm.revision``) to now."""
-    revision = request.vllm.get("revision")
-    memo = json.dumps([request.backend, request.model, revision, request.base_url])
-    if memo not in found:
-        if backend(request.backend).takes_base_url:
-            identity = served_identity(*served(request))
-        elif Path(request.model).expanduser().is_dir():
-            identity = local_identity(Path(request.model).expanduser(), FingerprintStore(cache))
-        else:
-            # A vLLM on this machine loads the local Hugging Face cache when the Hub cannot be
-            # asked, so there the cached commit is what answers.
-            identity = hub_identity(
-                request.model, revision, cache_serves=backend(request.backend).runs_here
-            )
-        found[memo] = identity
-    return found[memo]
+class ModelIdentities:
+    """Which weights answer each request, found once per process and model: the Hub is asked
+    and a directory hashed once per process, not once per benchmark. One per process, owned by
+    its worker session (``session/worker.py``); the benchmark items and ``eval_endpoint`` ask it.
+
+    ``served``: what a ``--base-url`` endpoint says it serves; ``cache``: pytest's cache, where
+    local directories' fingerprints are kept (None: every process hashes)."""
+
+    def __init__(self, served: ServedModel, cache: Any) -> None:
+        self._served = served
+        self._fingerprints = FingerprintStore(cache)
+        self._found: dict[str, ModelIdentity] = {}
+
+    def of(self, request: ServerRequest) -> ModelIdentity:
+        """What a ``--base-url`` endpoint says it serves, a local directory's content digest,
+        or the commit the Hub resolves the id (and ``vllm.revision``) to now."""
+        revision = request.vllm.get("revision")
+        memo = json.dumps([request.backend, request.model, revision, request.base_url])
+        if memo not in self._found:
+            self._found[memo] = self._look_up(request, revision)
+        return self._found[memo]
+
+    def _look_up(self, request: ServerRequest, revision: str | None) -> ModelIdentity:
+        spec = backend(request.backend)
+        if spec.takes_base_url:
+            return served_identity(*self._served(request))
+        path = Path(request.model).expanduser()
+        if path.is_dir():
+            return local_identity(path, self._fingerprints)
+        # A vLLM on this machine loads the local Hugging Face cache when the Hub cannot be
+        # asked, so there the cached commit is what answers.
+        return hub_identity(request.model, revision, cache_serves=spec.runs_here)
 
 
 def pin_revision(request: ServerRequest, identity: ModelIdentity) -> ServerRequest:
