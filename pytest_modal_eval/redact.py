@@ -16,6 +16,7 @@ so the answer key still changes when a secret does.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import json
@@ -147,8 +148,9 @@ class Redactor:
         # A part of each secret that every form keeps (letters, digits, - and _): text without
         # any of them holds no secret, and is not searched further. None: some secret has none.
         self._cores: list[str] | None = []
-        # Another process's redactor that must know every secret this one knows (see tell).
-        self._tell: Callable[[list[str]], None] | None = None
+        # Those that must know every secret this one knows (see tell): another process's
+        # redactor, a local vLLM's log supervisor.
+        self._listeners: list[Callable[[list[str]], None]] = []
         self.learn(values)
 
     @classmethod
@@ -178,17 +180,23 @@ class Redactor:
             self._pattern = re.compile("|".join(map(re.escape, self._forms)))
             cores = [max(_PLAIN.findall(v) or [""], key=len) for v in self.values]
             self._cores = cores if all(len(c) >= MIN_CORE_LENGTH for c in cores) else None
-        if self._tell is not None:
-            self._tell(sorted(new))
+        for send in list(self._listeners):
+            send(sorted(new))
 
     def tell(self, send: Callable[[list[str]], None]) -> None:
         """Hand every secret this redactor knows to ``send``: those it knows now at once, and
         each one :meth:`learn` adds before it returns, so that the other side knows it before
         this process goes on (an xdist worker tells the controller, which writes the servers'
-        logs; see ``serving.broker``). An error of ``send`` is raised to the caller."""
-        self._tell = send
+        logs, see ``serving.broker``; a local vLLM's supervisor, which keeps secrets out of its
+        log). An error of ``send`` is raised to the caller."""
+        self._listeners.append(send)
         if self.values:
             send(list(self.values))
+
+    def stop_telling(self, send: Callable[[list[str]], None]) -> None:
+        """``send`` hears of no more secrets."""
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(send)
 
     def learn_variables(
         self, names: Iterable[str], environ: Mapping[str, str] | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -262,3 +263,54 @@ def test_doctor_shows_a_hostile_model_list_redacted(
         assert result.exit_code == 1, result.output
         assert "echo Bearer [redacted]" in result.output, result.output
         assert "MARKhostile" not in result.output
+
+
+def test_a_secret_learned_after_the_local_server_started_stays_out_of_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session learns some secrets once the local vLLM is up (a judge's key variable, as
+    its benchmark starts); its log supervisor hears of each and keeps it out of ``vllm.log``
+    from then on, as vLLM logs a request quoting it."""
+    import httpx
+
+    from pytest_modal_eval.redact import Redactor
+    from pytest_modal_eval.serving.endpoint import ServerProfile
+    from pytest_modal_eval.serving.vllm.local import LocalVllmServer
+    from tests.support.vllm_check import FAKE_VLLM_ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_VLLM_ROOT))
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "0")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    profile = ServerProfile.from_json(
+        {
+            "backend": "local",
+            "model": str(model),
+            "infra": {},
+            "vllm": {"extra_args": ["--enable-log-requests"]},
+        }
+    )
+    redactor = Redactor()
+    server = LocalVllmServer(
+        profile, logs_dir=tmp_path / "logs", python=sys.executable, redactor=redactor
+    )
+    endpoint = server.start()
+    try:
+        redactor.learn([KEY])
+        body = {
+            "model": endpoint.model,
+            "messages": [{"role": "user", "content": f"the judge's key is {KEY}"}],
+        }
+        httpx.post(f"{endpoint.base_url}/chat/completions", json=body, timeout=30)
+        log = server.log_path
+        deadline = time.monotonic() + 30
+        while "judge's key is" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    text = log.read_text()
+    assert f"the judge's key is {REDACTED}" in text, text
+    assert "MARKhostile" not in text
+    assert redactor._listeners == []  # a stopped server hears of nothing more

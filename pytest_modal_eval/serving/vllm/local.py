@@ -29,6 +29,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -51,18 +52,42 @@ _POLL_S = 0.5
 _BIND_ERRORS = ("Address already in use", "[Errno 98]")
 
 # Runs in the vLLM interpreter: stdlib only, argv = parent pid, grace seconds, command...;
-# stdin = what to redact (Redactor.to_json()).
+# stdin = what to redact (Redactor.to_json()), one JSON line, then a new line each time the
+# session learns a secret.
 _SUPERVISOR = r"""
 import json, os, re, signal, subprocess, sys, threading, time
 
 parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 asked = []
 signal.signal(signal.SIGTERM, lambda *_: asked.append(True))
-spec = json.loads(sys.stdin.buffer.read() or b"{}")
-forms, cores = spec.get("forms") or [], spec.get("cores")
-secret = re.compile("|".join(map(re.escape, forms))) if forms else None
-userinfo = re.compile(spec["userinfo"]) if spec.get("userinfo") else None
-hidden = spec.get("replacement", "[redacted]")
+
+
+def rules(raw):
+    spec = json.loads(raw or b"{}")
+    forms = spec.get("forms") or []
+    return (
+        re.compile("|".join(map(re.escape, forms))) if forms else None,
+        spec.get("cores"),
+        re.compile(spec["userinfo"]) if spec.get("userinfo") else None,
+        spec.get("replacement", "[redacted]"),
+    )
+
+
+# Unbuffered: a thread blocked reading a buffered stdin aborts the interpreter at exit.
+stdin = open(0, "rb", buffering=0, closefd=False)
+current = [rules(stdin.readline())]
+
+
+def listen():
+    # Each later line replaces the rules whole; at EOF (pytest gone) the last ones stay.
+    for raw in iter(stdin.readline, b""):
+        try:
+            current[0] = rules(raw)
+        except (ValueError, re.error):
+            pass
+
+
+threading.Thread(target=listen, daemon=True).start()
 child = subprocess.Popen(
     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
 )
@@ -72,6 +97,7 @@ def copy():
     # vLLM's output to the log, line by line, without the secrets.
     out = sys.stdout.buffer
     for line in iter(child.stdout.readline, b""):
+        secret, cores, userinfo, hidden = current[0]
         text = line.decode("utf-8", "surrogateescape")
         if secret is not None and (cores is None or any(c in text for c in cores)):
             text = secret.sub(hidden, text)
@@ -185,6 +211,8 @@ class LocalVllmServer:
         self.stop_grace_s = stop_grace_s
         self._first_port = port
         self._proc: subprocess.Popen[bytes] | None = None
+        self._secrets = Redactor()
+        self._stdin_lock = threading.Lock()
         self.port: int | None = None
         self.attempts = 0  # launches made by the last start(), >1 after a port clash
         self.endpoint: Endpoint | None = None
@@ -251,6 +279,7 @@ class LocalVllmServer:
         self.endpoint = None
         if proc is None:
             return
+        self._close_supervisor_stdin(proc)
         if proc.poll() is None:
             try:
                 proc.send_signal(signal.SIGTERM)  # the supervisor relays it to vLLM
@@ -310,8 +339,9 @@ class LocalVllmServer:
         # readiness probe (and every client) fail with 401.
         env.pop("VLLM_API_KEY", None)
         self._note(f"$ {shlex.join(redact_args(cmd))}")
-        # The session's secrets, and those given to vLLM as flags (vLLM hides some of them).
-        secrets = Redactor([*self.redactor.values, *secret_arg_values(cmd)])
+        # The session's secrets, and those given to vLLM as flags (vLLM hides some of them);
+        # the supervisor hears of each secret the session learns later (a judge's key).
+        self._secrets = Redactor([*self.redactor.values, *secret_arg_values(cmd)])
         supervised = [self.python, "-c", _SUPERVISOR, str(os.getpid()), str(self.stop_grace_s)]
         with self.log_path.open("ab") as log:
             try:
@@ -325,13 +355,31 @@ class LocalVllmServer:
                 )
             except OSError as exc:
                 raise ServingError(f"cannot run the vLLM interpreter {self.python}: {exc}") from exc
-        stdin = self._proc.stdin
-        assert stdin is not None
-        # A supervisor that died before reading this is seen by the wait for vLLM, with its log.
-        with contextlib.suppress(BrokenPipeError):
-            stdin.write(json.dumps(secrets.to_json()).encode())
-        with contextlib.suppress(BrokenPipeError):
-            stdin.close()
+        self._tell_supervisor()
+        self.redactor.tell(self._learned)
+
+    def _learned(self, values: list[str]) -> None:
+        known = len(self._secrets.values)
+        self._secrets.learn(values)
+        if len(self._secrets.values) > known:
+            self._tell_supervisor()
+
+    def _tell_supervisor(self) -> None:
+        """The secrets to the supervisor's stdin, one JSON line. A supervisor that died before
+        reading it is seen by the wait for vLLM, with its log."""
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            return
+        line = json.dumps(self._secrets.to_json()).encode() + b"\n"
+        with self._stdin_lock, contextlib.suppress(OSError, ValueError):
+            proc.stdin.write(line)
+            proc.stdin.flush()
+
+    def _close_supervisor_stdin(self, proc: subprocess.Popen[bytes]) -> None:
+        self.redactor.stop_telling(self._learned)
+        if proc.stdin is not None:
+            with self._stdin_lock, contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()
 
     def _ready(self, client: httpx.Client, base: str) -> bool:
         try:
