@@ -77,7 +77,7 @@ def compare(
     test (exact McNemar for one 0/1 rollout per example, a paired t-test over per-example means
     otherwise), the examples that flipped each way, and the smallest drop the test detects
     with 80% power. Exit status 1 when RUN_B is significantly worse by more than --max-drop."""
-    from pytest_modal_eval.gate.verdict import undetectable_warning
+    from pytest_modal_eval.gate.verdict import reference_figures, undetectable_warning
     from pytest_modal_eval.stats.format import describe_comparison
     from pytest_modal_eval.stats.summary import compare_paired
 
@@ -110,13 +110,14 @@ def compare(
     given = source is not None and source is not click.core.ParameterSource.DEFAULT
     warning = undetectable_warning(c, "--max-drop") if given else None
     if as_json:
+        # RUN_A is the reference, RUN_B the run: the names of metadata.json's vs_reference.
         document: dict[str, Any] = {
             "benchmark": a.benchmark,
-            "run_a": {"path": str(a.path), "model": a.model, "examples": len(a.means)},
-            "run_b": {"path": str(b.path), "model": b.model, "examples": len(b.means)},
+            "reference": a.to_json(),
+            "run": b.to_json(),
             "seat": a.seat,
             "configuration_differs_in": differences,
-            "comparison": c.to_dict(),
+            "comparison": reference_figures(c),
             "warnings": [warning] if warning else [],
         }
         echo_json(document)
@@ -150,6 +151,15 @@ class StoredRun:
     @property
     def model(self) -> str:
         return str(self.meta.get("model"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as ``compare --json`` names it."""
+        return {
+            "path": str(self.path),
+            "run_id": self.meta.get("run_id") or self.path.name,
+            "model": self.model,
+            "examples": len(self.means),
+        }
 
     @classmethod
     def read(cls, paths: RunPaths, seat: str | None = None) -> StoredRun:
