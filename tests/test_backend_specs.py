@@ -101,7 +101,7 @@ def test_every_backend_that_starts_a_server_can_build_one() -> None:
 def test_each_backend_names_the_server_settings_it_uses() -> None:
     """What ``show`` lists of a run's configuration: Modal's server reads every server setting,
     a local vLLM only the start-up timeout of ``infra``, an endpoint none."""
-    config = BenchmarkConfig(env_id="file-qa").model_dump(mode="json")
+    config = BenchmarkConfig.model_validate({"env_id": "file-qa"}).model_dump(mode="json")
     used = {name: spec.server_config(config) for name, spec in BACKENDS.items()}
     assert used[MODAL.name] == {key: config[key] for key in SERVER_SECTIONS}
     assert used[LOCAL.name] == {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import sys
 import tempfile
 import warnings
@@ -127,7 +128,12 @@ def push(run_dirs: list[Path], repo: str = "org/evals", private: bool = False) -
     redactor = Redactor.from_environ()
     runs = [bundle.load_run(d, redactor) for d in run_dirs]
     return hub.push_runs(
-        runs, repo, token=hub.hub_token({"HF_TOKEN": TOKEN}), redactor=redactor, private=private
+        runs,
+        repo,
+        token=hub.hub_token({"HF_TOKEN": TOKEN}),
+        redactor=redactor,
+        private=private,
+        log_dir=run_dirs[0].parent / "logs",
     )
 
 
@@ -334,6 +340,65 @@ def test_cli_push_needs_hf_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     result = CliRunner().invoke(cli_main, ["push", str(run), "--to", "org/evals"])
     assert result.exit_code == 1
     assert "needs a token with write access in the HF_TOKEN environment variable" in result.output
+
+
+def _push_cli(run: Path, output: Path) -> list[str]:
+    """``push RUN --to org/evals`` as a user types it: its exit status must be 1; its lines."""
+    result = CliRunner().invoke(
+        cli_main, ["push", str(run), "--to", "org/evals", "--eval-output-dir", str(output)]
+    )
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    return result.output.splitlines()
+
+
+def test_cli_push_to_a_hub_it_cannot_reach_points_at_the_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as closed:  # a port nothing listens on once the socket is closed
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    [line] = _push_cli(make_run(tmp_path), tmp_path)
+    assert line.startswith(f"Error: could not reach the Hub at {url} to push org/evals (Connect")
+    assert line.endswith(
+        "check the network and HF_ENDPOINT, then push again (pushing the same runs twice is safe)"
+    )
+    assert not (tmp_path / "logs").exists()  # nothing unexpected to keep
+
+
+def test_cli_push_names_an_unexpected_failure_and_keeps_its_traceback(
+    hub_server: HubServer, tmp_path: Path
+) -> None:
+    """A Hub answering what huggingface_hub cannot read is no network or token problem: the
+    line names the error's type and says where its traceback is, secrets replaced."""
+    hub_server.info_answer = []  # repository info that is not an object
+    [line] = _push_cli(make_run(tmp_path), tmp_path)
+    log = tmp_path / "logs" / hub.PUSH_LOG
+    assert line.startswith(
+        f"Error: pushing to org/evals at {hub_server.url} failed with an unexpected TypeError: "
+    )
+    assert line.endswith(f"; not a network or token problem: the traceback is in {log}")
+    assert "network and HF_ENDPOINT" not in line and "HF_TOKEN" not in line
+    kept = log.read_text()
+    assert "Traceback (most recent call last)" in kept and "dataset_info" in kept
+    assert TOKEN not in kept
+
+
+@pytest.mark.parametrize(
+    "token",
+    [f"hf_copied\u2019{TOKEN}", f"hf_two\nlines_{TOKEN}", f"hf_a space_{TOKEN}"],
+    ids=["non-ascii", "line-break", "space"],
+)
+def test_a_token_that_cannot_be_sent_is_named_and_never_shown(
+    token: str, hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", token)
+    [line] = _push_cli(make_run(tmp_path), tmp_path)
+    assert line.startswith("Error: HF_TOKEN holds a character no Hub token has (a space, a line")
+    assert TOKEN not in line and "network" not in line
+    assert hub_server.requests == []  # refused before anything was sent
 
 
 # -- MLflow -----------------------------------------------------------------------------------
