@@ -599,6 +599,28 @@ def test_card_writes_numbers_as_the_summary_does(
     assert shown in card, card
 
 
+@pytest.mark.parametrize(
+    ("recorded", "shown"),
+    [
+        ({"source": "model:tokenizer_config.json"}, "model's own (tokenizer_config.json)"),
+        ({"source": "fallback:math"}, "fallback math"),
+        ({"source": "extra_args:--chat-template"}, "given in vllm.extra_args"),
+        ({"source": "unknown: model files not reachable"}, "unknown: model files not reachable"),
+        (None, "unknown (an endpoint's own)"),
+    ],
+)
+def test_card_names_the_chat_template_the_run_recorded(recorded: Any, shown: str) -> None:
+    """The card says which template served the run as run_config.json records it: a model's
+    own template is not "custom", and an endpoint's unknown one is not the model's own."""
+    from pytest_modal_eval.share.card import CardEntry, render_card
+
+    metadata = {"benchmark": "qa", "model": "m", "avg_reward": 1, "stderr": 0, "ci": [1, 1]}
+    run_config = {"model_id": "m", "chat_template": recorded}
+    card = render_card("org/evals", [CardEntry("qa--default--m", metadata, run_config)])
+    [row] = [line for line in card.splitlines() if line.startswith("| `qa--default--m` | m |")]
+    assert f"| {shown} |" in row, row
+
+
 def test_the_mlflow_ui_is_documented_from_the_full_package() -> None:
     """The [mlflow] extra (mlflow-skinny) logs runs but ships no UI: no Flask and none of the
     UI's built pages, so docs/share.md runs `mlflow ui` from the full package instead."""
