@@ -83,7 +83,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(worker, WORKER_PLUGIN)
     if workerinput is not None:
         url, token = workerinput[BROKER_INPUT_KEY]
-        config.stash[SOURCE_KEY] = BrokerClient(url, token)
+        config.stash[SOURCE_KEY] = broker = BrokerClient(url, token)
+        # The controller writes the servers' logs, the report and what is shared: it learns
+        # every secret this worker knows (a benchmark's env_args, as it is collected) before
+        # the worker goes on.
+        redactor.tell(broker.learn_secrets)
         return
     deployments = Deployments(settings, session_logs_dir(settings.output_dir), redactor)
     config.stash[DEPLOYMENTS_KEY] = config.stash[SOURCE_KEY] = deployments

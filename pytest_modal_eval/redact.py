@@ -147,6 +147,8 @@ class Redactor:
         # A part of each secret that every form keeps (letters, digits, - and _): text without
         # any of them holds no secret, and is not searched further. None: some secret has none.
         self._cores: list[str] | None = []
+        # Another process's redactor that must know every secret this one knows (see tell).
+        self._tell: Callable[[list[str]], None] | None = None
         self.learn(values)
 
     @classmethod
@@ -176,6 +178,17 @@ class Redactor:
             self._pattern = re.compile("|".join(map(re.escape, self._forms)))
             cores = [max(_PLAIN.findall(v) or [""], key=len) for v in self.values]
             self._cores = cores if all(len(c) >= MIN_CORE_LENGTH for c in cores) else None
+        if self._tell is not None:
+            self._tell(sorted(new))
+
+    def tell(self, send: Callable[[list[str]], None]) -> None:
+        """Hand every secret this redactor knows to ``send``: those it knows now at once, and
+        each one :meth:`learn` adds before it returns, so that the other side knows it before
+        this process goes on (an xdist worker tells the controller, which writes the servers'
+        logs; see ``serving.broker``). An error of ``send`` is raised to the caller."""
+        self._tell = send
+        if self.values:
+            send(list(self.values))
 
     def learn_variables(
         self, names: Iterable[str], environ: Mapping[str, str] | None = None

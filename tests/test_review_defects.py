@@ -9,6 +9,7 @@ import pytest
 
 from pytest_modal_eval.config.loader import load_benchmark
 from pytest_modal_eval.config.options import Settings
+from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.serving.broker import Broker, BrokerClient
 from pytest_modal_eval.serving.deployments import Deployments
 from tests.conftest import REPO, BenchmarkProject
@@ -69,8 +70,9 @@ def test_a_baseline_recorded_from_a_failing_run_says_so(project: BenchmarkProjec
 def test_broker_requests_never_go_through_the_environment_proxy(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A worker's request carries the broker's token: it must stay on 127.0.0.1, whatever
-    HTTP_PROXY says (the proxy here would relay it, so only its record tells)."""
+    """A worker's request carries the broker's token (and, to ``/secrets``, the worker's
+    secrets): it must stay on 127.0.0.1, whatever HTTP_PROXY says (the proxy here would relay
+    it, so only its record tells)."""
     clear_proxy_env(monkeypatch)
     proxy = ForwardProxy()
     proxy.start()
@@ -79,13 +81,16 @@ def test_broker_requests_never_go_through_the_environment_proxy(
         overrides=(), fresh=False, keep_deployment=False, vllm_python=sys.executable, files=(),
     )  # fmt: skip
     deployments = Deployments(settings, tmp_path)
-    broker = Broker(deployments)
+    redactor = Redactor()
+    broker = Broker(deployments, redactor)
     broker.start()
     try:
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
         monkeypatch.setenv("http_proxy", proxy.url)
         BrokerClient(broker.url, broker.token).plan({"evals/a.yaml::a": "profile"})
         assert deployments._plan == {"evals/a.yaml::a": "profile"}
+        BrokerClient(broker.url, broker.token).learn_secrets(["worker-secret-1"])
+        assert redactor.values == ["worker-secret-1"]
     finally:
         broker.stop()
         proxy.stop()

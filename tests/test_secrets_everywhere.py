@@ -19,13 +19,18 @@ import logging
 import sys
 import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_modal_eval.config.options import Settings
+from pytest_modal_eval.exceptions import ServerStartError
 from pytest_modal_eval.redact import REDACTED, Redactor, is_secret_name, redact, secret_forms
 from pytest_modal_eval.report.redaction import RedactedOutput
+from pytest_modal_eval.serving.broker import Broker, BrokerClient
+from pytest_modal_eval.serving.deployments import Deployments
 from tests.conftest import HUB_TOKEN, BenchmarkProject
 from tests.support.hub_server import HubServer
 from tests.test_secrets_in_records import secret_qa_benchmark
@@ -93,6 +98,41 @@ def test_env_args_teach_their_secrets_and_key_variables() -> None:
         "url-password-1",
     }
     assert redactor.text("data/qa.jsonl") == "data/qa.jsonl"
+
+
+def test_a_told_redactor_hears_every_secret_before_learn_returns() -> None:
+    """What a worker's redactor knows, the controller's learns: those known already at once,
+    each new one as it is learned (before ``learn`` returns), none twice."""
+    heard: list[list[str]] = []
+    worker = Redactor(["known-before-1"])
+    worker.tell(heard.append)
+    assert heard == [["known-before-1"]]
+    worker.learn_env_args({"api_key": "env-args-secret-1", "answer_key": "not-a-secret"}, {})
+    assert heard[-1] == ["env-args-secret-1"]
+    worker.learn(["known-before-1", "short"])  # nothing new: nothing sent
+    assert len(heard) == 2
+
+
+def test_a_broker_learns_only_from_its_own_workers(tmp_path: Path) -> None:
+    """``/secrets`` without the session's token, or with something other than a list of
+    strings, teaches the controller's redactor nothing."""
+    redactor = Redactor()
+    settings = Settings(
+        models=("m",), backend="local", base_url=None, api_key_env="K", output_dir=tmp_path,
+        overrides=(), fresh=False, keep_deployment=False, vllm_python=sys.executable, files=(),
+    )  # fmt: skip
+    broker = Broker(Deployments(settings, tmp_path), redactor)
+    broker.start()
+    try:
+        with pytest.raises(ServerStartError, match="forbidden"):
+            BrokerClient(broker.url, "not-the-token").learn_secrets(["intruder-secret-1"])
+        with pytest.raises(ServerStartError, match="a list of strings"):
+            BrokerClient(broker.url, broker.token)._post("/secrets", {"values": "abcdefghij"})
+        assert redactor.values == []
+        BrokerClient(broker.url, broker.token).learn_secrets(["worker-secret-1"])
+        assert redactor.values == ["worker-secret-1"]
+    finally:
+        broker.stop()
 
 
 @pytest.mark.parametrize(

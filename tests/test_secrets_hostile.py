@@ -1,5 +1,6 @@
 """Secrets against outputs pytest and the command line make outside test reports: warnings,
-``--override`` values, a model that says the key, the ``show`` command."""
+``--override`` values, a model that says the key, the ``show`` command, a server's log written
+by the xdist controller."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from click.testing import CliRunner
 from pytest_modal_eval.cli import main
 from pytest_modal_eval.config.overrides import parse_override
 from pytest_modal_eval.exceptions import OptionError
+from pytest_modal_eval.redact import REDACTED
 from tests.conftest import BenchmarkProject, FakeServer, read_jsonl
+from tests.test_deployments import LocalRuns, local  # noqa: F401 (the fixture)
 from tests.test_resume import start_pytest
 from tests.test_run_files import outputs, write_run
+from tests.test_secrets_in_records import secret_qa_benchmark
 
 KEY = "sk-hostile-MARKhostile-7f3a"
 
@@ -128,6 +132,31 @@ def test_an_internal_error_holding_the_key_is_redacted(
     out = _session(project, monkeypatch, workers, conftest=conftest)
     assert "INTERNALERROR" in out and "gateway said [redacted]" in out, out
     assert _leaks(project, out) == []
+
+
+@WORKERS
+def test_a_benchmarks_secret_setting_stays_out_of_the_servers_log(
+    local: LocalRuns,  # noqa: F811 (the fixture)
+    monkeypatch: pytest.MonkeyPatch,
+    workers: list[str],
+) -> None:
+    """A secret only a benchmark's ``env_args`` holds, and a question quoting it: the local
+    vLLM logs each request's body, and the log is written by the process that owns the
+    servers -- under ``-n 2`` the controller, which collects no benchmark. The value is
+    ``[redacted]`` in ``vllm.log`` all the same."""
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
+    rows = [{"question": f"What is {i} + 3? (key {KEY})", "answer": str(i + 3)} for i in range(2)]
+    local.project.add("alpha", rows=rows)
+    secret_qa_benchmark(
+        local.project, f"api_key: {KEY}\n", "vllm: {extra_args: [--enable-log-requests]}\n"
+    )
+    result = local.run(*workers)
+    out = "\n".join(result.outlines + result.errlines)
+    result.assert_outcomes(passed=1)
+    [server_logs] = local.server_log_dirs()
+    log = (server_logs / "vllm.log").read_text()
+    assert log.count(f"(key {REDACTED})") == 2, log  # both prompts, as the server logged them
+    assert _leaks(local.project, out) == []
 
 
 def test_the_interrupt_notice_is_redacted_and_escaped() -> None:

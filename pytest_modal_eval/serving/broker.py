@@ -5,6 +5,13 @@ The controller runs :class:`Broker` (an aiohttp server on a thread) and hands ea
 address and a per-session token through ``workerinput``; a worker's :class:`BrokerClient`
 offers the same ``plan``, ``endpoint_for`` and ``finished`` as ``Deployments``, sending only
 JSON.
+
+The broker also teaches the controller's redactor every secret a worker's redactor knows
+(``POST /secrets``, from :meth:`BrokerClient.learn_secrets`): workers collect the benchmarks,
+so only they read the secrets in a benchmark's ``env_args`` and its judges' key variables,
+while the controller writes the servers' logs, the report and what is shared. A worker sends
+each value as its redactor learns it, before it goes on to ask for a server; the values travel
+over 127.0.0.1 with the session's token, and are never written to a file.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any
 
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.exceptions import ServerStartError
+from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.serving.backends import endpoint_info_for_existing
 from pytest_modal_eval.serving.deployments import Deployments
 from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
@@ -29,10 +37,11 @@ BROKER_TOKEN_HEADER = "X-Broker-Token"
 
 class Broker:
     """Controller side: answers workers' ``POST /endpoint``, ``/plan`` and ``/finished`` from
-    :class:`Deployments`."""
+    :class:`Deployments`, and ``/secrets`` by teaching ``redactor`` (the controller's)."""
 
-    def __init__(self, deployments: Deployments) -> None:
+    def __init__(self, deployments: Deployments, redactor: Redactor) -> None:
         self.deployments = deployments
+        self.redactor = redactor
         self.token = secrets.token_hex(16)
         self.url = ""
         self._loop: Any = None  # the broker thread's asyncio loop
@@ -77,11 +86,21 @@ class Broker:
             await asyncio.to_thread(self.deployments.finished, str(payload["holder"]))
             return web.json_response({})
 
+        async def learn(request: web.Request) -> web.Response:
+            if not authorised(request):
+                return web.json_response({"error": "forbidden"}, status=403)
+            values = (await request.json()).get("values")
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                return web.json_response({"error": "values: a list of strings"}, status=400)
+            self.redactor.learn(values)
+            return web.json_response({})
+
         async def serve() -> None:
             app = web.Application()
             app.router.add_post("/endpoint", endpoint)
             app.router.add_post("/plan", plan)
             app.router.add_post("/finished", finished)
+            app.router.add_post("/secrets", learn)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -141,6 +160,10 @@ class BrokerClient:
 
     def finished(self, nodeid: str) -> None:
         self._post("/finished", {"holder": nodeid})
+
+    def learn_secrets(self, values: list[str]) -> None:
+        """Teach the controller's redactor ``values`` (see the module docstring)."""
+        self._post("/secrets", {"values": values})
 
     def endpoint_for(self, request: ServerRequest, holder: str | None = None) -> EndpointInfo:
         if not backend(request.backend).starts_server:

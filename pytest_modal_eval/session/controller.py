@@ -145,10 +145,11 @@ class ControllerSession:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
-        """Runs on the controller for each xdist worker: hands it the broker's address and the
-        reference results' directory."""
+        """Runs on the controller for each xdist worker: hands it the broker's address (where it
+        also tells the controller every secret it knows) and the reference results'
+        directory."""
         if self.broker is None:
-            self.broker = Broker(self.deployments)
+            self.broker = Broker(self.deployments, self.session.redactor)
             self.broker.start()
         node.workerinput[BROKER_INPUT_KEY] = [self.broker.url, self.broker.token]
         node.workerinput[REFERENCES_INPUT_KEY] = str(self.session.references_dir)

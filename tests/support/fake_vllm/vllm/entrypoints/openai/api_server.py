@@ -22,6 +22,9 @@ Test-only controls:
   at once;
 - ``FAKE_VLLM_STARTUP_S``: seconds to wait before binding, like vLLM loading a model, which
   widens the window in which concurrent benchmarks could start a second server;
+- ``--enable-log-requests`` with ``VLLM_LOGGING_LEVEL=DEBUG``: each chat request's JSON body
+  is printed as it arrives, as vLLM logs it (``Request chatcmpl-N JSON body: {...}``): the
+  prompts, and whatever a benchmark put in them, reach the server's log;
 - ``FAKE_VLLM_PRINT_ENV``: names of environment variables (space-separated) whose values it
   prints at start, with its full argv, on stdout and on stderr, as a server that logs its
   settings or quotes them in an error would.
@@ -31,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import sys
 import time
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from tests.support.openai_server import FakeModel, build_app, until_stop_signal
 
@@ -49,6 +54,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--fake-exit-code", type=int, default=None)
+    parser.add_argument("--enable-log-requests", action="store_true")
     return parser.parse_known_args(argv)
 
 
@@ -79,10 +85,29 @@ def append_line(variable: str, record: dict[str, object]) -> None:
         os.close(fd)
 
 
-async def serve(host: str, port: int, served: str, startup_s: float) -> None:
+#: vLLM's request ids, ``chatcmpl-1``, ``chatcmpl-2``, ...
+REQUEST_NUMBERS = itertools.count(1)
+
+
+@web.middleware
+async def log_request_bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """vLLM's request logging at DEBUG: each chat request's body, as it arrives."""
+    if request.path == "/v1/chat/completions":
+        body = json.dumps(await request.json(), ensure_ascii=False)
+        number = next(REQUEST_NUMBERS)
+        print(f"DEBUG fake vLLM: Request chatcmpl-{number} JSON body: {body}", flush=True)
+    return await handler(request)
+
+
+async def serve(
+    host: str, port: int, served: str, startup_s: float, log_requests: bool = False
+) -> None:
     if startup_s:
         await asyncio.sleep(startup_s)
-    runner = web.AppRunner(build_app(FakeModel(served, {})), access_log=None)
+    app = build_app(FakeModel(served, {}))
+    if log_requests:
+        app.middlewares.append(log_request_bodies)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     # A taken port raises "[Errno 98] ... address already in use" here, as vLLM's bind does.
     await web.TCPSite(runner, host, port).start()
@@ -110,7 +135,8 @@ def main(argv: list[str]) -> int:
         )
         return int(args.fake_exit_code)
     startup_s = float(os.environ.get("FAKE_VLLM_STARTUP_S") or 0)
-    asyncio.run(serve(args.host, args.port, served, startup_s))
+    log_requests = args.enable_log_requests and os.environ.get("VLLM_LOGGING_LEVEL") == "DEBUG"
+    asyncio.run(serve(args.host, args.port, served, startup_s, log_requests))
     return 0
 
 
