@@ -385,6 +385,11 @@ def test_compare_stored_runs_exit_status_and_json(project: BenchmarkProject) -> 
     status, out = _compare(run_a, run_b)
     assert status == 1, out
     assert f"solved -> missed ({len(ref - new)}): " in out and "FAIL: significant drop" in out
+    # The words of --json and of a session's summary: RUN_A is the reference.
+    header, figures = out.splitlines()[:2]
+    ids = Path(run_b).name, Path(run_a).name
+    assert header == f"alpha: {CHALLENGER} (run {ids[0]}) vs {REFERENCE} (reference, run {ids[1]})"
+    assert figures.startswith(f"  reference {len(ref) / N:.3f} -> run {len(new) / N:.3f} over ")
     status, out = _compare(run_a, run_b, "--json")
     assert status == 1
     doc = json.loads(out)

@@ -123,8 +123,9 @@ def compare(
         echo_json(document)
     else:
         subject = f"{a.benchmark}[{a.seat}]" if a.seat else a.benchmark
-        say(f"{subject}: {b.model} ({b.path.name}) vs {a.model} ({a.path.name})")
-        for line in describe_comparison(c, "A", "B"):
+        # The words of --json and of a session's summary: RUN_A is the reference.
+        say(f"{subject}: {b.model} (run {b.path.name}) vs {a.model} (reference, run {a.path.name})")
+        for line in describe_comparison(c, "reference", "run"):
             say(f"  {line}")
         if differences:
             say(f"  note: the runs' configurations differ in: {', '.join(differences)}")
