@@ -43,7 +43,7 @@ def _text(messages: Any) -> str:
     return _line("" if messages is None else str(messages))
 
 
-def applied_server_config(run_config: dict[str, Any]) -> dict[str, Any]:
+def _applied_server_config(run_config: dict[str, Any]) -> dict[str, Any]:
     """The server settings (``infra``, ``vllm``, ``chat_template``) that applied to a run: those
     its backend's server was built from (``BackendSpec.server_settings``); all of them for a run
     that does not record a backend this version knows."""
@@ -138,17 +138,18 @@ def show(
         echo("  start-up  " + ", ".join(f"{k} {v}s" for k, v in startup.items()))
     echo("configuration:")
     # Only what applied: an endpoint run has no server settings, a local one no Modal scaling.
-    server = applied_server_config(config)
+    server = _applied_server_config(config)
     shown_keys = ["env_id", "endpoint", "sampling", "rollouts", "num_examples"]
     if "chat_template" in server:  # the template the server used, as the run recorded it
         shown_keys.append("chat_template")
     for key in shown_keys:
         if key in config:
             echo(f"  {key}: {json.dumps(config[key], default=str)}")  # ASCII JSON
-    resolved = {**(config.get("config") or {}), **server}
+    general = config.get("config") or {}
     for section in ("infra", "vllm", "eval", "gate", "env_args"):
-        if section in resolved and (section in server or section not in SERVER_SECTIONS):
-            echo(f"  {section}: {json.dumps(resolved[section], default=str)}")
+        source = server if section in SERVER_SECTIONS else general
+        if section in source:
+            echo(f"  {section}: {json.dumps(source[section], default=str)}")
     if paths.torn_checkpoint():
         echo(
             f"  note: the last line of {paths.checkpoint.name} is cut off (the run was killed "
