@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.browser import browser, page  # noqa: F401  (fixtures)
 from tests.conftest import BenchmarkProject, read_jsonl
 
@@ -288,3 +290,153 @@ def test_prompt_column_shows_the_question(project: BenchmarkProject, page: Any) 
     row.locator("button.open").click()  # the whole prompt on expansion
     detail = examples.locator("tr.detail").inner_text()
     assert system.strip() in detail and question in detail
+
+
+def test_an_interrupted_session_writes_a_partial_report(
+    project: BenchmarkProject,
+    page: Any,  # noqa: F811
+) -> None:
+    """A real Ctrl-C in the middle of a run: the session still writes its report, which shows
+    the examples the checkpoint kept, names the run as interrupted with its kept count, gives
+    the figures over those examples only and no verdict; the run finished by the same command
+    replaces it with a whole report."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from tests.test_resume import AS_AT_A_TERMINAL, wait_for_checkpoint_lines
+
+    n = 120
+    project.add(
+        "alpha",
+        n=n,
+        extra_yaml="eval: {max_concurrent: 4, max_retries: 0}\n",
+        gate="gate: {min_avg_reward: 0.1}",
+    )
+    project.server.configure(delay=0.05, accuracy=0.6, salt="interrupted")
+    output = project.pytester.path / "terminal.txt"
+    with output.open("wb") as terminal:
+        process = subprocess.Popen(
+            [sys.executable, "-c", AS_AT_A_TERMINAL, *project.args()],
+            cwd=project.pytester.path,
+            stdout=terminal,
+            stderr=subprocess.STDOUT,
+        )
+        checkpoint = wait_for_checkpoint_lines(project, "alpha", n // 3)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 2  # pytest's "interrupted"
+    text = output.read_text()
+    said = re.search(rf"alpha \(test-model\): (\d+)/{n} examples kept in run (\S+)", text)
+    assert said is not None, text[-2000:]
+    kept, run_id = int(said[1]), said[2]
+    assert run_id == checkpoint.parent.name and n // 3 <= kept < n
+    report = project.pytester.path / "outputs" / "evals" / "report.html"
+    assert report.exists(), text[-2000:]
+    where = "evaluation report (partial: 1 run interrupted, unfinished): "
+    assert re.search(rf"{re.escape(where)}\S*report\.html", text), text[-2000:]
+    assert not (checkpoint.parent / "metadata.json").exists()  # the run is still unfinished
+
+    rewards: dict[int, float] = {}
+    for line in checkpoint.read_text().splitlines():
+        record = json.loads(line)
+        assert record["error"] is None
+        rewards.setdefault(record["example_id"], record["reward"])
+    assert len(rewards) == kept
+    page.goto(report.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.title() == "Evaluation report (partial)"
+    note = page.locator("#partial").inner_text()
+    assert f"alpha (test-model) {kept}/{n} examples kept, interrupted" in note
+    assert "no gate was decided" in note
+    row = page.locator("#overview tr[data-bench]")
+    assert row.count() == 1 and row.get_attribute("class") == "unfinished"
+    assert row.locator("td[data-field=verdict]").inner_text() == "INTERRUPTED"
+    assert row.locator("td[data-field=n]").inner_text() == f"{kept} of {n} kept \u00d7 1"
+    # The figures are those of the kept examples: their mean, not a whole run's.
+    mean = row.locator("td[data-field=mean]")
+    assert _number(mean) == pytest.approx(sum(rewards.values()) / kept)
+    section = page.locator("section.bench [data-field=unfinished]").inner_text()
+    assert f"Ctrl-C interrupted the session with {kept} of {n} examples kept" in section
+    examples = page.locator("details.examples")
+    assert examples.locator(".count").inner_text() == f"{kept} examples"
+    shown = examples.locator("tbody tr.row").evaluate_all("rows => rows.map(r => r.dataset.id)")
+    assert shown == [str(i) for i in sorted(rewards)[:100]]  # the first page, in id order
+    first = min(rewards)
+    examples.locator(f"tr.row[data-id='{first}'] button.open").click()
+    assert "checkpoint.jsonl line" in examples.locator("tr.detail").inner_text()
+
+    # The same command finishes the run; its report is a whole one again.
+    finished = project.run_subprocess()
+    assert finished.ret == 0, finished.stdout.str()
+    page.goto(report.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.title() == "Evaluation report"
+    assert page.locator("#partial").count() == 0
+    row = page.locator("#overview tr[data-bench]")
+    assert row.locator("td[data-field=verdict]").inner_text() == "PASS"
+    assert row.locator("td[data-field=n]").inner_text() == f"{n} \u00d7 1"
+
+
+def test_seat_table_and_attempts(page: Any, tmp_path: Path) -> None:  # noqa: F811
+    """A run with two seats, one played three times per rollout, as a verifiers 0.4 run
+    records it (tests/test_seat_attempts.py makes such a run for real): the page's seat table
+    shows each seat's figures and attempts from metadata.json, and an example's row unfolds to
+    each play's reward."""
+    from click.testing import CliRunner
+
+    from pytest_modal_eval.cli import main
+
+    run_dir = tmp_path / "duel--default--m" / "20261128-090000-000-abcdef12"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run_config.json").write_text(json.dumps({"benchmark": "duel", "model_id": "m"}))
+    plays = {0: [1.0, 0.0, 0.0], 1: [1.0, 1.0, 0.0]}
+    records = []
+    for i, rewards in plays.items():
+        prompt = [{"role": "user", "content": f"question {i}"}]
+        attempts = [
+            {"reward": r, "metrics": {}, "stop_condition": None, "error": None} for r in rewards
+        ]
+        records += [
+            {"example_id": i, "rollout": 0, "agent": "proposer", "prompt": prompt, "reward": 0.5,
+             "error": None, "attempts": []},
+            {"example_id": i, "rollout": 0, "agent": "solver", "prompt": prompt,
+             "reward": sum(rewards) / 3, "error": None, "attempts": attempts},
+        ]  # fmt: skip
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    solver = {
+        "avg_reward": 0.5, "stderr": 0.167, "ci": [0.2, 0.8], "n_evaluated": 2,
+        "attempts": {"per_rollout": [3, 3], "plays": 6},
+    }  # fmt: skip
+    proposer = {"avg_reward": 0.5, "stderr": 0.0, "ci": [0.5, 0.5], "n_evaluated": 2}
+    metadata = {
+        "benchmark": "duel", "model": "m", "run_id": run_dir.name, "num_examples": 2,
+        "rollouts_per_example": 1, "avg_reward": 0.5, "stderr": 0.167, "ci": [0.2, 0.8],
+        "n_evaluated": 2, "errors": 0, "seat": "solver",
+        "seats": {"proposer": proposer, "solver": solver}, "attempts": solver["attempts"],
+    }  # fmt: skip
+    (run_dir / "metadata.json").write_text(json.dumps(metadata))
+    out = tmp_path / "seats.html"
+    result = CliRunner().invoke(main, ["report", str(run_dir), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+
+    seats = page.locator("table.seats tbody tr")
+    assert seats.evaluate_all("rows => rows.map(r => r.dataset.seat)") == ["proposer", "solver"]
+    row = page.locator("table.seats tr[data-seat=solver]")
+    assert row.get_attribute("class") == "headline"
+    assert row.locator("td[data-field=seat]").inner_text() == "solver headline"
+    assert _number(row.locator("td[data-field=mean]")) == solver["avg_reward"]
+    attempts = row.locator("td[data-field=attempts]")
+    assert json.loads(attempts.get_attribute("data-value")) == solver["attempts"]
+    assert attempts.inner_text() == "3 attempts per rollout (6 plays), reward the mean over them"
+    other = page.locator("table.seats tr[data-seat=proposer] td[data-field=attempts]")
+    assert other.inner_text() == "1 per rollout"
+    # Shown in their table, not again as raw JSON under "More of metadata.json".
+    assert page.locator("details.extra").count() == 0
+
+    examples = page.locator("details.examples")
+    examples.locator("tr.row[data-id='0'] button.open").click()
+    detail = examples.locator("tr.detail").inner_text()
+    assert "attempts: 1.000, 0.000, 0.000" in detail

@@ -80,3 +80,37 @@ def test_several_seats_need_a_named_seat_or_every_seat() -> None:
         SeatPlan.of("kuhn", SEATS, None, every_seat=False)
     assert SeatPlan.of("one", ["agent"], None, every_seat=False) == SeatPlan()
     assert SeatPlan.of("kuhn", SEATS, None, every_seat=True).headline == "player_0"
+
+
+def test_a_seat_played_several_times_counts_its_plays_per_rollout() -> None:
+    """``attempts`` in a seat's figures: the fewest and most plays of a rollout and all plays,
+    over finished examples only; none for a seat every rollout played once."""
+    from pytest_modal_eval.stats.format import describe_attempts
+
+    def play(n: int) -> list[dict[str, Any]]:
+        return [{"reward": 1.0, "error": None}] * n if n > 1 else []
+
+    state = RunState(range(4), 1, SEATS, "player_1")
+    plays = {0: 3, 1: 1, 2: 2}  # example 3: player_1 errored, so not finished
+    state.add(
+        {"example_id": i, "rollout": 0, "agent": "player_0", "reward": 0.0, "error": None}
+        for i in range(4)
+    )
+    state.add(
+        {"example_id": i, "rollout": 0, "agent": "player_1", "reward": 0.5, "error": None,
+         "attempts": play(n)}
+        for i, n in plays.items()
+    )  # fmt: skip
+    state.add([{"example_id": 3, "rollout": 0, "agent": "player_1", "error": "boom",
+                "attempts": play(5)}])  # fmt: skip
+    outcomes = seat_outcomes(state, SeatPlan.of("duel", SEATS, "player_1", every_seat=False))
+    attempts = outcomes["player_1"].attempts
+    assert attempts == {"per_rollout": [1, 3], "plays": 6}
+    assert outcomes["player_1"].to_json()["attempts"] == attempts
+    assert outcomes["player_0"].attempts is None
+    assert "attempts" not in outcomes["player_0"].to_json()
+    assert state.summary().attempts == attempts  # the headline seat's, for the run
+    assert describe_attempts(attempts) == (
+        "1-3 attempts per rollout (6 plays), reward the mean over them"
+    )
+    assert describe_attempts(None) is None

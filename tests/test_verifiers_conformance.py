@@ -512,8 +512,9 @@ def test_a_two_seat_game_records_every_seat_and_resumes_only_what_is_missing(
     report = project.pytester.path / "report.html"
     assert cli("report", str(run_dir), "-o", str(report)).exit_code == 0
     from pytest_modal_eval.report.page import _rows
+    from pytest_modal_eval.runs.reader import iter_records
 
-    rows, _ = _rows(run_dir / "results.jsonl", metadata, set(), set())
+    rows, _ = _rows(iter_records(run_dir / "results.jsonl"), metadata, set(), set())
     assert [row[1] for row in rows] == by_seat["second"]
 
 

@@ -16,6 +16,7 @@ from pytest_modal_eval.cli.common import (
 from pytest_modal_eval.report.html import write_report
 from pytest_modal_eval.report.page import ReportError
 from pytest_modal_eval.runs.locate import RunNotFound, find_locations, newest_finished
+from pytest_modal_eval.runs.paths import RunPaths
 
 
 @click.command("report")
@@ -35,10 +36,11 @@ def report(
 ) -> None:
     """Write one self-contained HTML page for RUN... .
 
-    Each RUN is a run id or a run directory (it holds metadata.json), or a directory above run
-    directories (a benchmark's, or the whole output directory): then the newest finished run
-    of each benchmark and model in it. The secrets a pytest session of this project knows are
-    replaced by [redacted] on the page.
+    Each RUN is a run id or a run directory, or a directory above run directories (a
+    benchmark's, or the whole output directory): then the newest finished run of each
+    benchmark and model in it. A run named itself that has not finished (interrupted, or still
+    running) is shown from its checkpoint, marked unfinished. The secrets a pytest session of
+    this project knows are replaced by [redacted] on the page.
     """
     folder = output.parent
     if not folder.is_dir():
@@ -55,7 +57,9 @@ def report(
             if not Path(run).is_dir():
                 raise
             found = []  # a directory without runs: told below, as one without finished runs
-        finished = [paths.dir for paths in newest_finished(found)]
+        # A run named itself is shown whatever its state; of a directory of runs, the finished.
+        named = not Path(run).is_dir() or RunPaths(Path(run)).is_run()
+        finished = [paths.dir for paths in (found if named else newest_finished(found))]
         if not finished:
             raise click.ClickException(
                 f"{run}: no finished run here (a run directory holds metadata.json, written when "
@@ -67,9 +71,12 @@ def report(
             output,
             [(run_dir, None) for run_dir in run_dirs],
             redactor=project_redactor(api_key_env),
+            unfinished=True,
         )
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
     examples = sum(len(b.rows) for b in benchmarks)
     written = f"{len(benchmarks)} run" + ("" if len(benchmarks) == 1 else "s")
-    say(f"wrote {output} ({written}, {examples} examples)")
+    cut = sum(1 for b in benchmarks if b.unfinished is not None)
+    partial = f", {cut} unfinished: a partial report" if cut else ""
+    say(f"wrote {output} ({written}, {examples} examples{partial})")

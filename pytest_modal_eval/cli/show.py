@@ -23,7 +23,7 @@ from pytest_modal_eval.gate.verdict import ReferenceComparison
 from pytest_modal_eval.runs.locate import find_run
 from pytest_modal_eval.runs.messages import content_text, question_or_prompt
 from pytest_modal_eval.runs.paths import read_listing
-from pytest_modal_eval.stats.format import describe_comparison
+from pytest_modal_eval.stats.format import describe_attempts, describe_comparison
 
 
 def _line(text: str, limit: int = 400) -> str:
@@ -54,6 +54,16 @@ def _applied_server_config(run_config: dict[str, Any]) -> dict[str, Any]:
     if spec is None:
         return {key: resolved[key] for key in SERVER_SECTIONS if key in resolved}
     return spec.server_config(resolved)
+
+
+def _play(play: Any) -> str:
+    """One of a record's ``attempts``: its reward, or ERROR."""
+    if not isinstance(play, dict):
+        return "?"
+    if play.get("error"):
+        return "ERROR"
+    reward = play.get("reward")
+    return f"{float(reward):g}" if isinstance(reward, (int, float)) else "?"
 
 
 @click.command()
@@ -115,8 +125,12 @@ def show(
     echo(f"  state     {listing.state_text}")
     echo(f"  reward    {reward_text(listing)}")
     metadata = paths.read_metadata() or {}
-    for name, figures in (metadata.get("seats") or {}).items():
-        echo(f"    {name}: {seat_text(figures)}")
+    seats = metadata.get("seats") or {}
+    if not seats and (attempts := describe_attempts(metadata.get("attempts"))):
+        echo(f"  attempts  {attempts}")
+    for name, figures in seats.items():
+        played = describe_attempts(figures.get("attempts"))
+        echo(f"    {name}: {seat_text(figures)}" + (f"; {played}" if played else ""))
     if listing.verdict:
         echo(f"  verdict   {listing.verdict}")
     echo(f"  time      {time_text(listing)}")
@@ -160,6 +174,10 @@ def show(
         mark = "ERROR" if record.get("error") else f"reward {float(record.get('reward') or 0):g}"
         # Several seats: one record per seat per rollout, each named.
         seat = f" [{record['agent']}]" if record.get("seats") and record.get("agent") else ""
+        # A seat played several times: the reward is the mean of its plays, each shown.
+        plays = record.get("attempts") or []
+        if len(plays) > 1:
+            mark += "  attempts " + ", ".join(_play(play) for play in plays)
         echo(f"- #{record['example_id']} r{record.get('rollout') or 0}{seat}  {mark}")
         # The question, as the report's prompt column shows it: a system prompt is the same on
         # every example, and would push what differs off the line.

@@ -40,8 +40,10 @@ class EvalContext:
     # testrunuid under -n, so workers share it) and this process's worker id.
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     worker: str | None = None
-    # One line per run Ctrl-C ended (report/interrupted.py says them at the session's end).
+    # One line per run Ctrl-C ended (report/interrupted.py says them at the session's end),
+    # and those runs' directories (the session's HTML report shows what they keep).
     interrupted: list[str] = field(default_factory=list)
+    interrupted_runs: list[str] = field(default_factory=list)
     # Every secret value this process holds, for everything it writes, prints or shares; it
     # learns each benchmark's secret env_args as the benchmark is collected.
     redactor: Redactor = field(default_factory=Redactor)

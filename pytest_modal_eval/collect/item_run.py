@@ -254,6 +254,7 @@ def _evaluate(session: EvalContext, item: BenchmarkItem, subtests: Any, snapshot
     except KeyboardInterrupt:
         if (stopped := run.interrupted) is not None:
             session.interrupted.append(kept_line(item.benchmark.name, item.model or "", stopped))
+            session.interrupted_runs.append(str(stopped.run_dir))
         raise
     except (RunAborted, DirectClientError, RunLockError) as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None

@@ -72,8 +72,11 @@ def render(
     env.filters["json_value"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
     assets = resources.files("pytest_modal_eval.report") / "templates"
     low, high = _scale(benchmarks)
+    unfinished = [b for b in benchmarks if b.unfinished is not None]
     return env.get_template("report.html.jinja").render(
-        title=title,
+        # A page with an unfinished run says so first: its figures are not a benchmark's.
+        title=f"{title} (partial)" if unfinished else title,
+        unfinished=unfinished,
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         benchmarks=benchmarks,
         groups=groups,
@@ -95,11 +98,15 @@ def write_report(
     run_dirs: Iterable[tuple[Path, SessionFigures | None]],
     title: str = "Evaluation report",
     redactor: Redactor | None = None,
+    unfinished: bool = False,
 ) -> list[RunSection]:
     """Read each run, render the page and write it to ``path`` (replaced atomically), with
-    the secrets ``redactor`` knows (default: the environment's) replaced."""
+    the secrets ``redactor`` knows (default: the environment's) replaced. An unfinished run is
+    shown from its checkpoint, marked so, when ``unfinished`` or its figures say Ctrl-C cut it
+    short; otherwise it is refused."""
     benchmarks = [
-        read_run(run_dir, f"b{n}", figures) for n, (run_dir, figures) in enumerate(run_dirs)
+        read_run(run_dir, f"b{n}", figures, unfinished)
+        for n, (run_dir, figures) in enumerate(run_dirs)
     ]
     groups = compare_runs(benchmarks)
     text = (redactor or Redactor.from_environ()).text(render(benchmarks, title, groups))

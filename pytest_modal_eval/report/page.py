@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_modal_eval.runs.messages import messages_text, question
-from pytest_modal_eval.runs.paths import RunPaths
+from pytest_modal_eval.runs.paths import CHECKPOINT, RESULTS, RunPaths
 from pytest_modal_eval.runs.reader import iter_records
 from pytest_modal_eval.runs.store import describe_error
+from pytest_modal_eval.runs.unfinished import read_unfinished
+from pytest_modal_eval.stats.format import describe_attempts
 
 #: Characters of a prompt or completion kept in the page; the rest is in results.jsonl.
 MAX_TEXT = 2000
@@ -39,7 +41,8 @@ SHOWN_KEYS = frozenset(
         "env_id", "benchmark", "model", "run_id", "num_examples", "rollouts_per_example",
         "time_ms", "avg_reward", "stderr", "ci", "ci_level", "ci_method", "n_evaluated",
         "errors", "errored_example_ids", "truncated_rollouts", "answer_hash", "verdict",
-        "threshold", "gate", "vs_reference", "early_stop",
+        "threshold", "gate", "vs_reference", "early_stop", "unfinished", "seat", "seats",
+        "attempts",
     }
 )  # fmt: skip
 _PASS_AT = re.compile(r"^pass(@|_at_)(\d+)$")
@@ -56,6 +59,7 @@ class SessionFigures:
     threshold: float | None = None
     verdict: str | None = None  # "pass" / "fail"
     comparison: dict[str, Any] | None = None  # a PairedComparison as a dict
+    interrupted: bool = False  # Ctrl-C ended the session while it evaluated this run
 
 
 @dataclass
@@ -95,6 +99,14 @@ class RunSection:
     vs_reference: dict[str, Any] | None = None
     is_reference: bool = False  # a run other runs on the page were compared with
     early_stop: str | None = None  # how gate.early_stop decided the run, when it did
+    # An unfinished run (no metadata.json): its kept and selected examples, and whether this
+    # session's Ctrl-C left it so; its figures are over the kept examples only.
+    unfinished: dict[str, Any] | None = None
+    records_file: str = RESULTS  # the file the rows' line numbers point into
+    # Several seats: each seat's figures as metadata.json records them (``seats``), the
+    # headline seat first marked; and how often the run's seat was played per rollout.
+    seats: list[dict[str, Any]] = field(default_factory=list)
+    attempts: str | None = None
 
 
 @dataclass
@@ -120,17 +132,27 @@ class ComparisonGroup:
     challengers: list[Challenger]
 
 
-def read_run(run_dir: Path, key: str, session: SessionFigures | None = None) -> RunSection:
-    """A run directory (with metadata.json and results.jsonl) as one benchmark of the page."""
+def read_run(
+    run_dir: Path, key: str, session: SessionFigures | None = None, unfinished: bool = False
+) -> RunSection:
+    """A run directory (with metadata.json and results.jsonl) as one benchmark of the page.
+
+    A run without metadata.json is read from its checkpoint (:mod:`~..runs.unfinished`) when
+    ``unfinished`` or the session says Ctrl-C ended it, and marked unfinished; otherwise it is
+    refused."""
     paths = RunPaths(run_dir)
-    meta = paths.read_metadata()  # a damaged file is a RunFileError naming file and field
-    if meta is None:
-        raise ReportError(
-            f"{run_dir}: no metadata.json; the run has not finished (it is written at its end). "
-            "Re-run the benchmark to finish it, or pass a finished run."
-        )
-    run_config = paths.read_run_config() or {}
     session = session or SessionFigures()
+    meta = paths.read_metadata()  # a damaged file is a RunFileError naming file and field
+    partial = None
+    if meta is None:
+        if not (unfinished or session.interrupted):
+            raise ReportError(
+                f"{run_dir}: no metadata.json; the run has not finished (it is written at its "
+                "end). Re-run the benchmark to finish it, or pass a finished run."
+            )
+        partial = read_unfinished(paths)
+        meta = partial.metadata
+    run_config = paths.read_run_config() or {}
     # The gate's threshold as the verdict applied it: this session's, else the one recorded
     # with the run's verdict (gate/record.py), else (a run recorded without it) the gate the
     # run was started with.
@@ -148,7 +170,10 @@ def read_run(run_dir: Path, key: str, session: SessionFigures | None = None) -> 
         comparisons.insert(0, {"label": "stored baseline", **session.comparison})
     lost = {str(i) for c in comparisons[:1] for i in c.get("solved_to_missed") or ()}
     gained = {str(i) for c in comparisons[:1] for i in c.get("missed_to_solved") or ()}
-    rows, cut = _rows(paths.results, meta, lost, gained)
+    if partial is None:
+        rows, cut = _rows(iter_records(paths.results), meta, lost, gained)
+    else:
+        rows, cut = _rows(partial.records, meta, lost, gained, CHECKPOINT)
     ci = meta.get("ci") or [None, None]
     time_ms = _float(meta.get("time_ms"))
     bench = RunSection(
@@ -187,7 +212,43 @@ def read_run(run_dir: Path, key: str, session: SessionFigures | None = None) -> 
     bench.errored_rows = sum(1 for r in rows if r[5] is not None)
     vs_reference = meta.get("vs_reference")
     bench.vs_reference = dict(vs_reference) if isinstance(vs_reference, Mapping) else None
+    bench.attempts = describe_attempts(meta.get("attempts"))
+    bench.seats = _seats(meta)
+    if partial is not None:
+        bench.unfinished = {
+            "kept": partial.kept,
+            "total": partial.total,
+            "interrupted": session.interrupted,
+        }
+        bench.records_file = CHECKPOINT
+        bench.verdict = None  # no gate decides an unfinished run
     return bench
+
+
+def _seats(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each seat's figures from ``metadata.json`` ``seats``, in the environment's order."""
+    seats = meta.get("seats")
+    if not isinstance(seats, Mapping):
+        return []
+    shown = []
+    for name, figures in seats.items():
+        figures = figures if isinstance(figures, Mapping) else {}
+        ci = figures.get("ci")
+        if not (isinstance(ci, list) and len(ci) == 2):
+            ci = [None, None]
+        shown.append(
+            {
+                "name": str(name),
+                "headline": name == meta.get("seat"),
+                "mean": _float(figures.get("avg_reward")),
+                "stderr": _float(figures.get("stderr")),
+                "ci": (_float(ci[0]), _float(ci[1])),
+                "n_evaluated": figures.get("n_evaluated"),
+                "attempts": figures.get("attempts"),
+                "attempts_text": describe_attempts(figures.get("attempts")),
+            }
+        )
+    return shown
 
 
 def _float(value: Any) -> float | None:
@@ -264,29 +325,37 @@ def _cost(meta: Mapping[str, Any]) -> Any:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _cut(text: str, line: int) -> tuple[str, bool]:
+def _cut(text: str, line: int, source: str = RESULTS) -> tuple[str, bool]:
     """``text`` cut to :data:`MAX_TEXT` characters; a lone surrogate (a server's JSON can carry
     one; a UTF-8 page cannot) is shown as U+FFFD."""
     text = _SURROGATE.sub("\ufffd", text)
     if len(text) <= MAX_TEXT:
         return text, False
     return (
-        f"{text[:MAX_TEXT]}\n… [{len(text) - MAX_TEXT} more characters: results.jsonl line {line}]",
+        f"{text[:MAX_TEXT]}\n… [{len(text) - MAX_TEXT} more characters: {source} line {line}]",
         True,
     )
 
 
 def _rows(
-    results: Path, meta: Mapping[str, Any], lost: set[str], gained: set[str]
+    records: Iterable[tuple[int, dict[str, Any]]],
+    meta: Mapping[str, Any],
+    lost: set[str],
+    gained: set[str],
+    source: str = RESULTS,
 ) -> tuple[list[list[Any]], int]:
     """One row per example (the headline seat's, with several seats): [id, mean reward or
     None, prompt, completion, answer, error, flip (0, 1 solved->missed, 2 missed->solved),
-    first line in results.jsonl, rewards of its rollouts, the prompt's last user message]."""
+    first line in ``source`` (results.jsonl, or an unfinished run's checkpoint), rewards of its
+    rollouts, the prompt's last user message, each rollout's plays (the rewards of a seat
+    played several times, null for an errored play; null when every rollout played once)].
+    ``records`` are (line, record) in example order."""
     rows: list[list[Any]] = []
     cut = 0
     current: list[Any] | None = None
     rewards: list[float] = []
     completions: list[str] = []
+    plays: list[list[float | None]] = []
 
     def close() -> None:
         if current is None:
@@ -300,27 +369,29 @@ def _rows(
         else:
             current[3] = completions[0] if completions else ""
         current[8] = rewards[:] if len(rewards) > 1 else None
+        current[10] = plays[:] if any(len(p) > 1 for p in plays) else None
         rows.append(current)
 
     # Several seats: the rows are the headline seat's, whose figures the report shows.
     seat = meta.get("seat") if meta.get("seats") else None
-    for line, record in iter_records(results):
+    for line, record in records:
         if seat is not None and record.get("agent") != seat:
             continue
         example_id = str(record["example_id"])
         if current is None or current[0] != example_id:
             close()
-            prompt, was_cut = _cut(messages_text(record.get("prompt")), line)
+            prompt, was_cut = _cut(messages_text(record.get("prompt")), line, source)
             cut += was_cut
-            asked, _ = _cut(question(record.get("prompt")), line)
+            asked, _ = _cut(question(record.get("prompt")), line, source)
             flip = 1 if example_id in lost else 2 if example_id in gained else 0
             answer = record.get("answer")
             current = [example_id, None, prompt, "", "" if answer is None else str(answer),
-                       None, flip, line, None, asked]  # fmt: skip
-            rewards, completions = [], []
-        completion, was_cut = _cut(messages_text(record.get("completion")), line)
+                       None, flip, line, None, asked, None]  # fmt: skip
+            rewards, completions, plays = [], [], []
+        completion, was_cut = _cut(messages_text(record.get("completion")), line, source)
         cut += was_cut
         completions.append(completion)
+        plays.append([_play_reward(play) for play in record.get("attempts") or ()])
         if record.get("error"):
             current[5] = describe_error(record["error"])
         else:
@@ -329,8 +400,18 @@ def _rows(
     seen = {row[0] for row in rows}
     for example_id in meta.get("errored_example_ids") or ():
         if str(example_id) not in seen:
-            rows.append([str(example_id), None, "", "", "", "not evaluated", 0, None, None, ""])
+            rows.append(
+                [str(example_id), None, "", "", "", "not evaluated", 0, None, None, "", None]
+            )
     return rows, cut
+
+
+def _play_reward(play: Any) -> float | None:
+    """One play of a seat played several times (a record's ``attempts``): its reward, or None
+    when it errored."""
+    if not isinstance(play, Mapping) or play.get("error"):
+        return None
+    return _float(play.get("reward"))
 
 
 # -- the comparison view ---------------------------------------------------------------------

@@ -3,6 +3,10 @@
 Each benchmark's call report carries its run directory and figures as ``user_properties``
 (plain values, so they cross xdist); the page itself is built by :mod:`.html` from the run
 directories, as ``pytest-modal-eval report`` builds it from stored runs.
+
+A run Ctrl-C cut short has no call report and no final files: the item that ran it names its
+directory in ``interrupted`` (the session's list, filled in the process that ran the item), and
+the page shows what its checkpoint keeps, marked unfinished.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ class SessionReport:
     """Driven on the controller (or the only process) by its session: keeps each benchmark's
     run, writes the page when the session ends, and says where it is."""
 
-    def __init__(self, path: Path, redactor: Redactor) -> None:
+    def __init__(
+        self, path: Path, redactor: Redactor, interrupted: list[str] | None = None
+    ) -> None:
         self.path = path
         self.redactor = redactor
         self.runs: list[tuple[Path, SessionFigures]] = []
+        self.interrupted = interrupted if interrupted is not None else []
         self.outcome: str | None = None
 
     def add(self, report: pytest.TestReport) -> None:
@@ -42,8 +49,19 @@ class SessionReport:
         self.runs.append((Path(str(props["run_dir"])), figures(props)))
 
     def write(self) -> None:
-        """On the controller once every benchmark has reported: writes the page."""
-        if not self.runs:
+        """On the controller once every benchmark has reported, or Ctrl-C ended the session:
+        writes the page, with the runs Ctrl-C cut short marked unfinished."""
+        runs = list(self.runs)
+        if self.interrupted:
+            from pytest_modal_eval.report.page import SessionFigures
+
+            reported = {run_dir for run_dir, _ in runs}
+            runs += [
+                (Path(run_dir), SessionFigures(interrupted=True))
+                for run_dir in dict.fromkeys(self.interrupted)
+                if Path(run_dir) not in reported
+            ]
+        if not runs:
             return
         from pytest_modal_eval.exceptions import EvalProblem
         from pytest_modal_eval.report.html import write_report
@@ -53,12 +71,17 @@ class SessionReport:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_report(
-                self.path, sorted(self.runs, key=lambda run: str(run[0])), redactor=self.redactor
+                self.path, sorted(runs, key=lambda run: str(run[0])), redactor=self.redactor
             )
         except (ReportError, EvalProblem, OSError) as exc:
             self.outcome = f"evaluation report not written: {exc}"
             return
-        self.outcome = f"evaluation report: {self.path} ({time.monotonic() - started:.1f}s)"
+        partial = ""
+        if self.interrupted:
+            cut = len(dict.fromkeys(self.interrupted))
+            partial = f" (partial: {cut} run{'' if cut == 1 else 's'} interrupted, unfinished)"
+        took = time.monotonic() - started
+        self.outcome = f"evaluation report{partial}: {self.path} ({took:.1f}s)"
 
     def say_where(self, terminalreporter: Any) -> None:
         """On the controller, in the terminal summary: says where the page is."""

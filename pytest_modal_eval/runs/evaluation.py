@@ -296,7 +296,7 @@ class BenchmarkRun:
                         order=early_order, keep_sending=keep_sending,
                     )  # fmt: skip
         except KeyboardInterrupt:
-            self.interrupted = Interrupted(counted, total, run_id)
+            self.interrupted = Interrupted(counted, total, run_id, run_dir)
             raise
         finally:
             if evaluating:  # the evaluation is over: the clock stops here

@@ -66,6 +66,8 @@ class RunOutcome:
     # Several seats: how they are gated, and each seat's figures (the headline's are above).
     seat_plan: SeatPlan = field(default_factory=SeatPlan)
     seats: dict[str, SeatOutcome] = field(default_factory=dict)
+    # The (headline) seat played several times per rollout: plays per rollout and all plays.
+    attempts: dict[str, Any] | None = None
 
     @property
     def error_rate(self) -> float:
@@ -80,6 +82,7 @@ class Interrupted:
     kept: int
     total: int
     run_id: str
+    run_dir: Path
 
 
 def summarise(run_dir: Path, run_id: str, state: RunState, eval_s: float) -> RunOutcome:
@@ -95,6 +98,7 @@ def summarise(run_dir: Path, run_id: str, state: RunState, eval_s: float) -> Run
         metric_means=end.metric_means,
         eval_s=eval_s,
         per_example_rewards=end.rewards,
+        attempts=end.attempts,
     )
 
 

@@ -68,6 +68,7 @@ def metadata_json(
     request: RunRequest, outcome: RunOutcome, sampling: dict[str, Any]
 ) -> dict[str, Any]:
     summary = outcome.summary
+    attempts = {"attempts": outcome.attempts} if outcome.attempts is not None else {}
     return {
         "env_id": request.benchmark.config.env_id,
         "benchmark": request.benchmark.name,
@@ -90,6 +91,7 @@ def metadata_json(
         "errors": len(outcome.errored),
         "errored_example_ids": sorted(outcome.errored),
         "truncated_rollouts": outcome.truncated_rollouts,
+        **attempts,  # a seat played several times per rollout (best-of-n's attempts)
         "resumed_examples": outcome.resumed_examples,
         "reused_answers": outcome.reused_answers,
         "answer_hash": outcome.answer_hash,

@@ -56,11 +56,14 @@ class SeatOutcome:
     summary: stats.RewardSummary | None
     metric_means: dict[str, float]
     truncated_rollouts: int
+    # Played several times per rollout: plays per rollout (fewest, most) and all plays.
+    attempts: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """What ``metadata.json`` records of the seat (``seats``)."""
+        """What ``metadata.json`` records of the seat (``seats``); ``attempts`` only for a seat
+        some episode played several times."""
         s = self.summary
-        return {
+        figures = {
             "avg_reward": s.mean if s else None,
             "stderr": _finite(s.stderr) if s else None,
             "ci": [_finite(s.ci_low), _finite(s.ci_high)] if s else None,
@@ -70,6 +73,9 @@ class SeatOutcome:
             "avg_metrics": self.metric_means,
             "truncated_rollouts": self.truncated_rollouts,
         }
+        if self.attempts is not None:
+            figures["attempts"] = self.attempts
+        return figures
 
 
 def seat_outcomes(state: RunState, plan: SeatPlan) -> dict[str, SeatOutcome]:
@@ -81,6 +87,7 @@ def seat_outcomes(state: RunState, plan: SeatPlan) -> dict[str, SeatOutcome]:
             stats.summarize(end.rewards) if len(end.rewards) else None,
             end.metric_means,
             end.truncated_rollouts,
+            end.attempts,
         )
     return outcomes
 

@@ -50,6 +50,9 @@ class RunState:
         self._rewards = array("d", bytes(8 * slots))
         self._truncated = bytearray(slots)
         self._metrics: dict[str, array[float]] = {}
+        # Plays of a seat the episode played several times (the record's ``attempts``), per
+        # slot; made when the first such record arrives (0: played once).
+        self._plays: array[int] | None = None
         self._errors: dict[int, str] = {}  # slot -> last error of a rollout not yet finished
         self.finished_rollouts = 0
 
@@ -88,6 +91,10 @@ class RunState:
                 self._example_done[position] = 1
             self._rewards[slot] = float(record.get("reward") or 0.0)
             self._truncated[slot] = bool(record.get("is_truncated"))
+            if len(attempts := record.get("attempts") or ()) > 1:
+                if self._plays is None:
+                    self._plays = array("I", bytes(4 * len(self._done)))
+                self._plays[slot] = len(attempts)
             for name, value in (record.get("metrics") or {}).items():
                 self._set_metric(name, slot, value)
             self.finished_rollouts += 1
@@ -215,6 +222,15 @@ class RunState:
             errored[example_id] = self.error(example_id) or "not evaluated"
         ids = np.asarray(self.example_ids, dtype=np.int64)
         truncated = self._rows(np.frombuffer(self._truncated, dtype=np.uint8), selected, seat)
+        attempts = None
+        if self._plays is not None:
+            plays = self._rows(np.frombuffer(self._plays, dtype=np.uint32), selected, seat)
+            plays = np.maximum(plays.ravel(), 1)  # 0: the seat played once
+            if len(plays) and plays.max() > 1:
+                attempts = {
+                    "per_rollout": [int(plays.min()), int(plays.max())],
+                    "plays": int(plays.sum(dtype=np.int64)),
+                }
         return Summary(
             rewards=ExampleRewards(
                 ids if unique is None else ids[unique],
@@ -223,6 +239,7 @@ class RunState:
             errored=errored,
             truncated_rollouts=int(truncated.sum(dtype=np.int64)),
             metric_means=self._metric_means(selected, seat),
+            attempts=attempts,
         )
 
 
@@ -239,3 +256,7 @@ class Summary:
     errored: dict[int, str]  # unfinished example -> its error, or "not evaluated"
     truncated_rollouts: int  # over finished selected entries
     metric_means: dict[str, float]  # over the rollouts of finished selected entries
+    # A seat played several times in an episode (best-of-n's attempts): plays per rollout
+    # (fewest, most) and all plays, over the rollouts of finished selected entries; None when
+    # every rollout played it once.
+    attempts: dict[str, Any] | None = None

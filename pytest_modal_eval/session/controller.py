@@ -59,7 +59,11 @@ class ControllerSession:
         blocked = config.pluginmanager.is_blocked(PROGRESS_OPT_OUT)
         self.progress = None if blocked else LiveProgress(config)
         report = session.settings.report
-        self.report = SessionReport(report, session.redactor) if report is not None else None
+        self.report = (
+            SessionReport(report, session.redactor, session.interrupted_runs)
+            if report is not None
+            else None
+        )
         self.share = share
         self.broker: Broker | None = None
 

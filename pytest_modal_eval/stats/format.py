@@ -41,6 +41,21 @@ def fmt_interval(low: Any, high: Any, digits: int = 3) -> str:
     return f"[{fmt_any(low, digits)}, {fmt_any(high, digits)}]"
 
 
+def describe_attempts(attempts: Any) -> str | None:
+    """A seat's ``attempts`` as ``metadata.json`` records them (plays per rollout, all plays):
+    ``3 attempts per rollout (15 plays), reward the mean over them``; None for a seat every
+    rollout played once (or a value that is not such a record)."""
+    if not isinstance(attempts, dict):
+        return None
+    span, plays = attempts.get("per_rollout"), attempts.get("plays")
+    if not (isinstance(span, list) and len(span) == 2 and all(isinstance(n, int) for n in span)):
+        return None
+    fewest, most = span
+    each = str(most) if fewest == most else f"{fewest}-{most}"
+    total = f" ({plays} plays)" if isinstance(plays, int) else ""
+    return f"{each} attempts per rollout{total}, reward the mean over them"
+
+
 def ci_label(confidence: float) -> str:
     """``95% CI`` for 0.95."""
     return f"{confidence * 100:g}% CI"

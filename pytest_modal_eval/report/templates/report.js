@@ -1,14 +1,15 @@
 "use strict";
 // Example tables: rows arrive as JSON ([id, reward, prompt, completion, answer, error, flip,
-// results.jsonl line, rollout rewards, the prompt's last user message]) and are rendered a
-// page at a time, so a report of 100,000 examples opens as fast as one of ten. The comparison
-// view's tables of disagreements ([id, reference's row, challenger's row, flip]) point into
-// the same rows.
+// line in results.jsonl (an unfinished run's: checkpoint.jsonl), rollout rewards, the
+// prompt's last user message, each rollout's plays of a seat played several times]) and are
+// rendered a page at a time, so a report of 100,000 examples opens as fast as one of ten.
+// The comparison view's tables of disagreements ([id, reference's row, challenger's row,
+// flip]) point into the same rows.
 (function () {
   const PAGE = 100;
   const SNIPPET = 90;
   const SOLVED = Number(document.body.dataset.solved || "0.5");
-  const ID = 0, REWARD = 1, PROMPT = 2, COMPLETION = 3, ANSWER = 4, ERROR = 5, FLIP = 6, LINE = 7, ROLLOUTS = 8, QUESTION = 9;
+  const ID = 0, REWARD = 1, PROMPT = 2, COMPLETION = 3, ANSWER = 4, ERROR = 5, FLIP = 6, LINE = 7, ROLLOUTS = 8, QUESTION = 9, PLAYS = 10;
   const ROWS = new Map();
 
   // A run's rows, parsed once (the example table and the comparison view share them).
@@ -175,7 +176,9 @@
     const parts = [`example ${row[ID]}`];
     if (row[REWARD] !== null) parts.push(`mean reward ${row[REWARD].toFixed(3)}`);
     if (row[ROLLOUTS]) parts.push(`rollouts: ${row[ROLLOUTS].map(r => r.toFixed(3)).join(", ")}`);
-    if (row[LINE] !== null) parts.push(`results.jsonl line ${row[LINE]}`);
+    // A seat played several times: each rollout's reward is the mean of these plays.
+    if (row[PLAYS]) parts.push(`attempts: ${row[PLAYS].map(plays => plays.map(r => r === null ? "error" : r.toFixed(3)).join(", ")).join(" | ")}`);
+    if (row[LINE] !== null) parts.push(`${this.details.dataset.records || "results.jsonl"} line ${row[LINE]}`);
     info.textContent = parts.join(" · ");
     td.appendChild(info);
     block(td, "prompt", row[PROMPT]);
