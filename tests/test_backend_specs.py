@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from pytest_modal_eval.config.backends import BACKENDS
+from pytest_modal_eval.config.backends import BACKENDS, ENDPOINT, LOCAL, MODAL, SERVER_SECTIONS
+from pytest_modal_eval.config.schema import BenchmarkConfig
 from pytest_modal_eval.serving.backends import SERVER_FACTORIES
 
 ROOT = Path(__file__).resolve().parent.parent / "pytest_modal_eval"
@@ -95,3 +96,23 @@ def test_a_name_comparison_is_found() -> None:
 def test_every_backend_that_starts_a_server_can_build_one() -> None:
     assert set(SERVER_FACTORIES) == {n for n, s in BACKENDS.items() if s.starts_server}
     assert [s.name for s in BACKENDS.values() if s.takes_base_url] == ["endpoint"]
+
+
+def test_each_backend_names_the_server_settings_it_uses() -> None:
+    """What ``show`` lists of a run's configuration: Modal's server reads every server setting,
+    a local vLLM only the start-up timeout of ``infra``, an endpoint none."""
+    config = BenchmarkConfig.model_validate({"env_id": "file-qa"}).model_dump(mode="json")
+    used = {name: spec.server_config(config) for name, spec in BACKENDS.items()}
+    assert used[MODAL.name] == {key: config[key] for key in SERVER_SECTIONS}
+    assert used[LOCAL.name] == {
+        "infra": {"startup_timeout": config["infra"]["startup_timeout"]},
+        "vllm": config["vllm"],
+        "chat_template": config["chat_template"],
+    }
+    assert used[ENDPOINT.name] == {}
+    # Every setting a backend names is one of the server sections, and exists in the schema.
+    for spec in BACKENDS.values():
+        for setting in spec.server_settings:
+            section, _, key = setting.partition(".")
+            assert section in SERVER_SECTIONS and section in config
+            assert not key or key in config[section]

@@ -235,6 +235,37 @@ def test_show_complete_run(outputs: Path) -> None:
     assert as_json(cli("show", run["run_id"], "--missed", "--json"))["examples"] == []
 
 
+def test_show_lists_only_the_settings_that_applied_to_the_run(outputs: Path) -> None:
+    """An endpoint run started no server: no infra, vllm or chat template is shown for it."""
+    run = by_benchmark(as_json(cli("runs", "--json")))["good"]
+    lines = cli("show", run["run_id"]).stdout.splitlines()
+    settings = {
+        line.split(":")[0].strip() for line in lines if line.startswith("  ") and ":" in line
+    }
+    assert {"env_id", "endpoint", "sampling", "eval", "gate", "env_args"} <= settings
+    assert not settings & {"infra", "vllm", "chat_template"}, lines
+    # The record itself is whole: --json shows the run's configuration as written.
+    assert {"infra", "vllm"} <= set(
+        as_json(cli("show", run["run_id"], "--json"))["config"]["config"]
+    )
+
+
+def test_show_prompt_line_is_the_question_as_in_the_report(project: BenchmarkProject) -> None:
+    """A system prompt is the same on every example: the prompt line shows the last user
+    message, as the report's prompt column does, and --json the whole prompt."""
+    project.add("arith", n=2)
+    system = "You are a careful calculator. Think step by step and box the final answer."
+    project.run("--override", f"env_args.system_prompt={system}").assert_outcomes(passed=1)
+    [run] = as_json(cli("runs", "--json"))
+    lines = cli("show", run["run_id"]).stdout.splitlines()
+    assert [line for line in lines if line.lstrip().startswith("prompt:")] == [
+        "    prompt:     What is 10 + 3?",
+        "    prompt:     What is 11 + 4?",
+    ]
+    [first, _] = as_json(cli("show", run["run_id"], "--json"))["examples"]
+    assert first["prompt"][0] == {"role": "system", "content": system}
+
+
 def test_show_states_a_models_comparison_with_the_reference_as_the_summary_did(
     project: BenchmarkProject,
 ) -> None:

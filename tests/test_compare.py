@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -384,6 +385,11 @@ def test_compare_stored_runs_exit_status_and_json(project: BenchmarkProject) -> 
     status, out = _compare(run_a, run_b)
     assert status == 1, out
     assert f"solved -> missed ({len(ref - new)}): " in out and "FAIL: significant drop" in out
+    # The words of --json and of a session's summary: RUN_A is the reference.
+    header, figures = out.splitlines()[:2]
+    ids = Path(run_b).name, Path(run_a).name
+    assert header == f"alpha: {CHALLENGER} (run {ids[0]}) vs {REFERENCE} (reference, run {ids[1]})"
+    assert figures.startswith(f"  reference {len(ref) / N:.3f} -> run {len(new) / N:.3f} over ")
     status, out = _compare(run_a, run_b, "--json")
     assert status == 1
     doc = json.loads(out)
@@ -392,8 +398,21 @@ def test_compare_stored_runs_exit_status_and_json(project: BenchmarkProject) -> 
     assert c["solved_to_missed"] == [str(i) for i in sorted(ref - new)]
     assert c["missed_to_solved"] == [str(i) for i in sorted(new - ref)]
     assert c["diff"] == pytest.approx((len(new) - len(ref)) / N)
-    assert doc["run_b"]["model"] == CHALLENGER and doc["configuration_differs_in"] == []
+    assert doc["configuration_differs_in"] == []
     assert 0 < c["detectable_drop"] < 0.2
+    # One name per side in every JSON a user scripts against: RUN_A is the reference, RUN_B the
+    # run, as in the challenger's metadata.json (vs_reference), figure for figure.
+    assert set(doc) == {
+        "benchmark", "reference", "run", "seat", "configuration_differs_in", "comparison",
+        "warnings",
+    }  # fmt: skip
+    for side, path, model in (("reference", run_a, REFERENCE), ("run", run_b, CHALLENGER)):
+        assert doc[side] == {"path": path, "run_id": Path(path).name, "model": model, "examples": N}
+    recorded = json.loads((Path(run_b) / "metadata.json").read_text())["vs_reference"]
+    for key in ("reference_model", "reference_run_id", "reference_run_dir"):
+        del recorded[key]
+    assert c == recorded
+    assert not any("baseline" in key for key in c)
     # Tolerating the whole drop, or comparing the other way round: no failure.
     assert _compare(run_a, run_b, "--max-drop", "0.5")[0] == 0
     assert _compare(run_b, run_a)[0] == 0

@@ -228,8 +228,12 @@ def test_a_push_to_an_unreachable_hub_is_one_line(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1, result.output
     (line,) = result.output.strip().split("\n")
-    assert line.startswith("Error: could not push to org/evals at http://127.0.0.1:9 ("), line
-    assert line.endswith("pushing the same runs twice is safe)"), line
+    assert line.startswith(
+        "Error: could not reach the Hub at http://127.0.0.1:9 to push org/evals ("
+    ), line
+    assert line.endswith(
+        "check the network and HF_ENDPOINT, then push again (pushing the same runs twice is safe)"
+    ), line
 
 
 # -- U+2028 and friends are text, not line ends -----------------------------------------------

@@ -127,7 +127,12 @@ def push(run_dirs: list[Path], repo: str = "org/evals", private: bool = False) -
     redactor = Redactor.from_environ()
     runs = [bundle.load_run(d, redactor) for d in run_dirs]
     return hub.push_runs(
-        runs, repo, token=hub.hub_token({"HF_TOKEN": TOKEN}), redactor=redactor, private=private
+        runs,
+        repo,
+        token=hub.hub_token({"HF_TOKEN": TOKEN}),
+        redactor=redactor,
+        private=private,
+        log_dir=run_dirs[0].parent / "logs",
     )
 
 
@@ -336,6 +341,49 @@ def test_cli_push_needs_hf_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "needs a token with write access in the HF_TOKEN environment variable" in result.output
 
 
+def _push_cli(run: Path, output: Path) -> list[str]:
+    """``push RUN --to org/evals`` as a user types it: its exit status must be 1; its lines."""
+    result = CliRunner().invoke(
+        cli_main, ["push", str(run), "--to", "org/evals", "--eval-output-dir", str(output)]
+    )
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    return result.output.splitlines()
+
+
+def test_cli_push_names_an_unexpected_failure_and_keeps_its_traceback(
+    hub_server: HubServer, tmp_path: Path
+) -> None:
+    """A Hub answering what huggingface_hub cannot read is no network or token problem: the
+    line names the error's type and says where its traceback is, secrets replaced."""
+    hub_server.info_answer = []  # repository info that is not an object
+    [line] = _push_cli(make_run(tmp_path), tmp_path)
+    log = tmp_path / "logs" / hub.PUSH_LOG
+    assert line.startswith(
+        f"Error: pushing to org/evals at {hub_server.url} failed with an unexpected TypeError: "
+    )
+    assert line.endswith(f"; not a network or token problem: the traceback is in {log}")
+    assert "network and HF_ENDPOINT" not in line and "HF_TOKEN" not in line
+    kept = log.read_text()
+    assert "Traceback (most recent call last)" in kept and "dataset_info" in kept
+    assert TOKEN not in kept
+
+
+@pytest.mark.parametrize(
+    "token",
+    [f"hf_copied\u2019{TOKEN}", f"hf_two\nlines_{TOKEN}", f"hf_a space_{TOKEN}"],
+    ids=["non-ascii", "line-break", "space"],
+)
+def test_a_token_that_cannot_be_sent_is_named_and_never_shown(
+    token: str, hub_server: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_TOKEN", token)
+    [line] = _push_cli(make_run(tmp_path), tmp_path)
+    assert line.startswith("Error: HF_TOKEN holds a character no Hub token has (a space, a line")
+    assert TOKEN not in line and "network" not in line
+    assert hub_server.requests == []  # refused before anything was sent
+
+
 # -- MLflow -----------------------------------------------------------------------------------
 
 
@@ -532,6 +580,28 @@ def test_card_writes_numbers_as_the_summary_does(
     metadata = {"benchmark": "qa", "model": "m", "avg_reward": mean, "stderr": stderr, "ci": ci}
     card = render_card("org/evals", [CardEntry("qa--default--m", metadata, {})])
     assert shown in card, card
+
+
+@pytest.mark.parametrize(
+    ("recorded", "shown"),
+    [
+        ({"source": "model:tokenizer_config.json"}, "model's own (tokenizer_config.json)"),
+        ({"source": "fallback:math"}, "fallback math"),
+        ({"source": "extra_args:--chat-template"}, "given in vllm.extra_args"),
+        ({"source": "unknown: model files not reachable"}, "unknown: model files not reachable"),
+        (None, "unknown (an endpoint's own)"),
+    ],
+)
+def test_card_names_the_chat_template_the_run_recorded(recorded: Any, shown: str) -> None:
+    """The card says which template served the run as run_config.json records it: a model's
+    own template is not "custom", and an endpoint's unknown one is not the model's own."""
+    from pytest_modal_eval.share.card import CardEntry, render_card
+
+    metadata = {"benchmark": "qa", "model": "m", "avg_reward": 1, "stderr": 0, "ci": [1, 1]}
+    run_config = {"model_id": "m", "chat_template": recorded}
+    card = render_card("org/evals", [CardEntry("qa--default--m", metadata, run_config)])
+    [row] = [line for line in card.splitlines() if line.startswith("| `qa--default--m` | m |")]
+    assert f"| {shown} |" in row, row
 
 
 def test_the_mlflow_ui_is_documented_from_the_full_package() -> None:

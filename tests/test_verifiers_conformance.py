@@ -502,7 +502,7 @@ def test_a_two_seat_game_records_every_seat_and_resumes_only_what_is_missing(
     for seat in ("first", "second"):
         compared = cli("compare", str(run_dir), str(run_dir), "--seat", seat, "--json")
         document = json.loads(compared.stdout)
-        assert document["seat"] == seat and document["run_a"]["examples"] == 5
+        assert document["seat"] == seat and document["reference"]["examples"] == 5
         assert document["comparison"]["run_mean"] == pytest.approx(sum(by_seat[seat]) / 5)
     assert json.loads(cli("compare", str(run_dir), str(run_dir), "--json").stdout)["seat"] == (
         "second"

@@ -77,7 +77,7 @@ def compare(
     test (exact McNemar for one 0/1 rollout per example, a paired t-test over per-example means
     otherwise), the examples that flipped each way, and the smallest drop the test detects
     with 80% power. Exit status 1 when RUN_B is significantly worse by more than --max-drop."""
-    from pytest_modal_eval.gate.verdict import undetectable_warning
+    from pytest_modal_eval.gate.verdict import reference_figures, undetectable_warning
     from pytest_modal_eval.stats.format import describe_comparison
     from pytest_modal_eval.stats.summary import compare_paired
 
@@ -110,20 +110,22 @@ def compare(
     given = source is not None and source is not click.core.ParameterSource.DEFAULT
     warning = undetectable_warning(c, "--max-drop") if given else None
     if as_json:
+        # RUN_A is the reference, RUN_B the run: the names of metadata.json's vs_reference.
         document: dict[str, Any] = {
             "benchmark": a.benchmark,
-            "run_a": {"path": str(a.path), "model": a.model, "examples": len(a.means)},
-            "run_b": {"path": str(b.path), "model": b.model, "examples": len(b.means)},
+            "reference": a.to_json(),
+            "run": b.to_json(),
             "seat": a.seat,
             "configuration_differs_in": differences,
-            "comparison": c.to_dict(),
+            "comparison": reference_figures(c),
             "warnings": [warning] if warning else [],
         }
         echo_json(document)
     else:
         subject = f"{a.benchmark}[{a.seat}]" if a.seat else a.benchmark
-        say(f"{subject}: {b.model} ({b.path.name}) vs {a.model} ({a.path.name})")
-        for line in describe_comparison(c, "A", "B"):
+        # The words of --json and of a session's summary: RUN_A is the reference.
+        say(f"{subject}: {b.model} (run {b.path.name}) vs {a.model} (reference, run {a.path.name})")
+        for line in describe_comparison(c, "reference", "run"):
             say(f"  {line}")
         if differences:
             say(f"  note: the runs' configurations differ in: {', '.join(differences)}")
@@ -150,6 +152,15 @@ class StoredRun:
     @property
     def model(self) -> str:
         return str(self.meta.get("model"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as ``compare --json`` names it."""
+        return {
+            "path": str(self.path),
+            "run_id": self.meta.get("run_id") or self.path.name,
+            "model": self.model,
+            "examples": len(self.means),
+        }
 
     @classmethod
     def read(cls, paths: RunPaths, seat: str | None = None) -> StoredRun:

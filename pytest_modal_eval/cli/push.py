@@ -83,7 +83,14 @@ def push(
         for run in runs:
             if latest[run.config_name] is not run:
                 say(f"skipped {run.paths.dir}: {latest[run.config_name].run_id} is newer")
-        result = hub.push_runs(runs, repo_id, token=token, redactor=redactor, private=private)
+        result = hub.push_runs(
+            runs,
+            repo_id,
+            token=token,
+            redactor=redactor,
+            private=private,
+            log_dir=root / "logs",
+        )
     except ShareError as exc:
         raise click.ClickException(str(exc)) from None
     say(result.describe())

@@ -17,23 +17,43 @@ from pytest_modal_eval.cli.common import (
     shown,
 )
 from pytest_modal_eval.cli.runs import reward_text, seat_text, time_text
+from pytest_modal_eval.config.backends import BACKENDS, SERVER_SECTIONS
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.gate.verdict import ReferenceComparison
 from pytest_modal_eval.runs.locate import find_run
+from pytest_modal_eval.runs.messages import content_text, question_or_prompt
 from pytest_modal_eval.runs.paths import read_listing
 from pytest_modal_eval.stats.format import describe_attempts, describe_comparison
 
 
-def _text(messages: Any, limit: int = 400) -> str:
-    """A prompt or completion (a list of chat messages, or a string) as one short line (its
-    control characters are escaped as the line is printed)."""
-    if isinstance(messages, list):
-        parts = [str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in messages]
-        text = " | ".join(p for p in parts if p)
-    else:
-        text = "" if messages is None else str(messages)
+def _line(text: str, limit: int = 400) -> str:
+    """Text as one short line (its control characters are escaped as the line is printed)."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _text(messages: Any) -> str:
+    """A completion, an answer or an error (chat messages, or a string) as one short line: the
+    messages' contents, without their roles."""
+    if isinstance(messages, list):
+        parts = [
+            content_text(m.get("content")) if isinstance(m, dict) else str(m) for m in messages
+        ]
+        return _line(" | ".join(p for p in parts if p))
+    return _line("" if messages is None else str(messages))
+
+
+def _applied_server_config(run_config: dict[str, Any]) -> dict[str, Any]:
+    """The server settings (``infra``, ``vllm``, ``chat_template``) that applied to a run: those
+    its backend's server was built from (``BackendSpec.server_settings``); all of them for a run
+    that does not record a backend this version knows."""
+    resolved = run_config.get("config") or {}
+    profile = run_config.get("server_profile")
+    name = profile.get("backend") if isinstance(profile, dict) else None
+    spec = BACKENDS.get(name) if isinstance(name, str) else None
+    if spec is None:
+        return {key: resolved[key] for key in SERVER_SECTIONS if key in resolved}
+    return spec.server_config(resolved)
 
 
 def _play(play: Any) -> str:
@@ -131,13 +151,19 @@ def show(
     if isinstance(startup, dict) and startup:
         echo("  start-up  " + ", ".join(f"{k} {v}s" for k, v in startup.items()))
     echo("configuration:")
-    for key in ("env_id", "endpoint", "sampling", "rollouts", "num_examples", "chat_template"):
+    # Only what applied: an endpoint run has no server settings, a local one no Modal scaling.
+    server = _applied_server_config(config)
+    shown_keys = ["env_id", "endpoint", "sampling", "rollouts", "num_examples"]
+    if "chat_template" in server:  # the template the server used, as the run recorded it
+        shown_keys.append("chat_template")
+    for key in shown_keys:
         if key in config:
             echo(f"  {key}: {json.dumps(config[key], default=str)}")  # ASCII JSON
-    resolved = config.get("config") or {}
+    general = config.get("config") or {}
     for section in ("infra", "vllm", "eval", "gate", "env_args"):
-        if section in resolved:
-            echo(f"  {section}: {json.dumps(resolved[section], default=str)}")
+        source = server if section in SERVER_SECTIONS else general
+        if section in source:
+            echo(f"  {section}: {json.dumps(source[section], default=str)}")
     if paths.torn_checkpoint():
         echo(
             f"  note: the last line of {paths.checkpoint.name} is cut off (the run was killed "
@@ -153,7 +179,9 @@ def show(
         if len(plays) > 1:
             mark += "  attempts " + ", ".join(_play(play) for play in plays)
         echo(f"- #{record['example_id']} r{record.get('rollout') or 0}{seat}  {mark}")
-        echo(f"    prompt:     {_text(record.get('prompt'))}")
+        # The question, as the report's prompt column shows it: a system prompt is the same on
+        # every example, and would push what differs off the line.
+        echo(f"    prompt:     {_line(question_or_prompt(record.get('prompt')))}")
         echo(f"    completion: {_text(record.get('completion'))}")
         echo(f"    answer:     {_text(record.get('answer'))}")
         if record.get("error"):

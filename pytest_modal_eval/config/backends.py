@@ -10,7 +10,9 @@ library; how each backend's server is built is in ``serving/backends.py``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,9 @@ class BackendSpec:
     check_timeout_s: float  # time the first answer may take once the server is up
     # The first answer may also wait for the profile's startup_timeout (a cold start on Modal).
     check_waits_for_startup: bool = False
+    # The benchmark settings its server is built from: a YAML section (``vllm``), or one key of
+    # one (``infra.startup_timeout``). A backend that starts nothing uses none of them.
+    server_settings: tuple[str, ...] = ()
 
     @property
     def takes_base_url(self) -> bool:
@@ -35,6 +40,20 @@ class BackendSpec:
         """Seconds the first answer may take, for a profile with ``startup_timeout``."""
         extra = startup_timeout if self.check_waits_for_startup else 0.0
         return self.check_timeout_s + extra
+
+    def server_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Of a benchmark configuration as JSON (``BenchmarkConfig.model_dump``), the settings
+        of :data:`SERVER_SECTIONS` this backend's server was built from: what applied to a run."""
+        used: dict[str, Any] = {}
+        for setting in self.server_settings:
+            section, _, key = setting.partition(".")
+            if section not in config:
+                continue
+            if not key:
+                used[section] = config[section]
+            elif isinstance(config[section], Mapping) and key in config[section]:
+                used.setdefault(section, {})[key] = config[section][key]
+        return used
 
 
 #: Serve on Modal: deploy (or reuse) the app, through the plugin's redirect proxy. Extra 300 s
@@ -47,8 +66,10 @@ MODAL = BackendSpec(
     on_modal=True,
     check_timeout_s=300.0,
     check_waits_for_startup=True,
+    server_settings=("infra", "vllm", "chat_template"),
 )
-#: Start vLLM on this machine; it already answers /health when it is checked.
+#: Start vLLM on this machine; it already answers /health when it is checked. Of ``infra``
+#: (Modal's GPU and scaling) only the start-up timeout applies.
 LOCAL = BackendSpec(
     "local",
     starts_server=True,
@@ -56,6 +77,7 @@ LOCAL = BackendSpec(
     proxied=False,
     on_modal=False,
     check_timeout_s=30.0,
+    server_settings=("infra.startup_timeout", "vllm", "chat_template"),
 )
 #: An endpoint someone else runs (``--base-url``): nothing is started.
 ENDPOINT = BackendSpec(
@@ -69,6 +91,10 @@ ENDPOINT = BackendSpec(
 
 #: Every backend by name: ``--backend``'s choices. Each backend's name is spelled only here.
 BACKENDS: dict[str, BackendSpec] = {spec.name: spec for spec in (MODAL, LOCAL, ENDPOINT)}
+
+#: The benchmark sections that configure a server (``BackendSpec.server_settings``); the other
+#: sections apply to every backend.
+SERVER_SECTIONS = ("infra", "vllm", "chat_template")
 
 #: ``--backend`` without ``--base-url``, when neither the option nor the ini key names one.
 DEFAULT_BACKEND = MODAL.name

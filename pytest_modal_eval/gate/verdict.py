@@ -25,6 +25,18 @@ if TYPE_CHECKING:
     from pytest_modal_eval.stats.summary import PairedComparison
 
 
+def reference_figures(comparison: PairedComparison) -> dict[str, Any]:
+    """A paired comparison's figures as every JSON a user reads them from names them
+    (``vs_reference`` in ``metadata.json``, ``compare --json``): the side compared with is the
+    reference (``reference_mean``, ``only_in_reference``), the other the run (``run_mean``)."""
+    from pytest_modal_eval.stats.power import POWER
+
+    figures = {
+        key.replace("baseline", "reference"): value for key, value in comparison.to_dict().items()
+    }
+    return {**figures, "diff_ci_level": comparison.confidence, "detectable_drop_power": POWER}
+
+
 @dataclass(frozen=True)
 class ReferenceComparison:
     """This item's model against the session's reference model (the first ``--model``)."""
@@ -35,22 +47,13 @@ class ReferenceComparison:
     run_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The comparison as ``metadata.json`` records it (``vs_reference``): the figures the
-        summary prints and the JUnit properties carry, with the reference's side named
-        ``reference_*`` rather than ``baseline_*``."""
-        from pytest_modal_eval.stats.power import POWER
-
-        figures = {
-            key.replace("baseline", "reference"): value
-            for key, value in self.comparison.to_dict().items()
-        }
+        """The comparison as ``metadata.json`` records it (``vs_reference``): the reference's
+        model and run, then :func:`reference_figures`."""
         return {
             "reference_model": self.model,
             "reference_run_id": self.run_id,
             "reference_run_dir": self.run_dir,
-            **figures,
-            "diff_ci_level": self.comparison.confidence,
-            "detectable_drop_power": POWER,
+            **reference_figures(self.comparison),
         }
 
     @classmethod

@@ -17,7 +17,6 @@ and lists the examples where their rewards differ, as indices into both runs' ro
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_modal_eval.runs.messages import messages_text, question
 from pytest_modal_eval.runs.paths import CHECKPOINT, RESULTS, RunPaths
 from pytest_modal_eval.runs.reader import iter_records
 from pytest_modal_eval.runs.store import describe_error
@@ -322,41 +322,6 @@ def _cost(meta: Mapping[str, Any]) -> Any:
     return None
 
 
-def _text(messages: Any) -> str:
-    """Chat messages (or a plain string) as readable text."""
-    if messages is None:
-        return ""
-    if isinstance(messages, str):
-        return messages
-    if isinstance(messages, list):
-        parts = []
-        for message in messages:
-            if isinstance(message, Mapping):
-                content = message.get("content")
-                if isinstance(content, list):
-                    content = "".join(
-                        str(p.get("text", "")) if isinstance(p, Mapping) else str(p)
-                        for p in content
-                    )
-                role = message.get("role", "")
-                parts.append(f"{role}: {content if content is not None else ''}")
-            else:
-                parts.append(str(message))
-        return "\n\n".join(parts)
-    return json.dumps(messages, ensure_ascii=False)
-
-
-def _question(messages: Any) -> str:
-    """The last user message of a chat prompt: what differs from one example to the next
-    (a system prompt and few-shot turns are the same on every row)."""
-    if not isinstance(messages, list):
-        return ""
-    for message in reversed(messages):
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            return _text([message]).removeprefix("user: ")
-    return ""
-
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -415,15 +380,15 @@ def _rows(
         example_id = str(record["example_id"])
         if current is None or current[0] != example_id:
             close()
-            prompt, was_cut = _cut(_text(record.get("prompt")), line, source)
+            prompt, was_cut = _cut(messages_text(record.get("prompt")), line, source)
             cut += was_cut
-            question, _ = _cut(_question(record.get("prompt")), line, source)
+            asked, _ = _cut(question(record.get("prompt")), line, source)
             flip = 1 if example_id in lost else 2 if example_id in gained else 0
             answer = record.get("answer")
             current = [example_id, None, prompt, "", "" if answer is None else str(answer),
-                       None, flip, line, None, question, None]  # fmt: skip
+                       None, flip, line, None, asked, None]  # fmt: skip
             rewards, completions, plays = [], [], []
-        completion, was_cut = _cut(_text(record.get("completion")), line, source)
+        completion, was_cut = _cut(messages_text(record.get("completion")), line, source)
         cut += was_cut
         completions.append(completion)
         plays.append([_play_reward(play) for play in record.get("attempts") or ()])

@@ -58,7 +58,23 @@ def render_card(repo_id: str, entries: list[CardEntry]) -> str:
         num=fmt_any,
         ci=_ci,
         sampling=_sampling,
+        chat_template=_chat_template,
     )
+
+
+def _chat_template(provenance: Any) -> str:
+    """Which template served a run, from its ``run_config.json`` ``chat_template`` (the
+    provenance the server recorded; null when no server of this tool served the run)."""
+    if not isinstance(provenance, dict) or not provenance.get("source"):
+        return "unknown (an endpoint's own)"
+    source = str(provenance["source"])
+    if source.startswith("model:"):
+        return f"model's own ({source.removeprefix('model:')})"
+    if source.startswith("fallback:"):
+        return f"fallback {source.removeprefix('fallback:')}"
+    if source.startswith("extra_args:"):
+        return "given in vllm.extra_args"
+    return source
 
 
 @dataclass(frozen=True)

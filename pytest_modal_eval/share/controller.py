@@ -139,7 +139,12 @@ class SessionShare:
         if self.repo_id and self.token:
             try:
                 result = hub.push_runs(
-                    runs, self.repo_id, token=self.token, redactor=redactor, private=self.private
+                    runs,
+                    self.repo_id,
+                    token=self.token,
+                    redactor=redactor,
+                    private=self.private,
+                    log_dir=self.output_dir / "logs",
                 )
             except Exception as exc:
                 self._fail(f"Hub: pushing to {self.repo_id} failed: {_reason(exc, redactor)}")

@@ -48,6 +48,10 @@ def check_repo_id(value: str) -> str:
     return value
 
 
+#: What a Hub token can hold: visible ASCII, no spaces (a header value cannot carry the rest).
+TOKEN_CHARACTERS = re.compile(r"[\x21-\x7e]+")
+
+
 def hub_token(environ: Mapping[str, str]) -> str:
     """The token, from ``HF_TOKEN`` only: never the command line, never a cached login that
     the user may not know is there."""
@@ -57,7 +61,19 @@ def hub_token(environ: Mapping[str, str]) -> str:
             "pushing to the Hub needs a token with write access in the HF_TOKEN environment "
             "variable (create one at https://huggingface.co/settings/tokens)"
         )
+    if not TOKEN_CHARACTERS.fullmatch(token):
+        # Checked here: sent as it is, the HTTP library fails with the header in its message.
+        raise ShareError(
+            "HF_TOKEN holds a character no Hub token has (a space, a line break or a "
+            "non-ASCII character, often from copying it): set it to the token exactly as "
+            "https://huggingface.co/settings/tokens shows it"
+        )
     return token
+
+
+#: The file, under the log directory ``push_runs`` is given, that keeps the traceback of a
+#: push that failed for an unexpected reason.
+PUSH_LOG = "hub-push.log"
 
 
 @dataclass
@@ -96,13 +112,26 @@ def push_runs(
     token: str,
     redactor: Redactor,
     private: bool = False,
+    log_dir: Path,
     endpoint: str | None = None,
 ) -> PushResult:
     """Create the dataset repository if needed and commit the runs' changed files; the newest
     run of each benchmark x model replaces that configuration's files. ``endpoint``: the Hub's
-    URL, default ``HF_ENDPOINT``, else huggingface_hub's default."""
-    from huggingface_hub.errors import HfHubHTTPError
+    URL, default ``HF_ENDPOINT``, else huggingface_hub's default.
 
+    Every failure is a :class:`ShareError` whose hint matches its cause: the Hub's answer (a
+    refused token: the token), no answer (the network and ``HF_ENDPOINT``), or anything else,
+    which is unexpected: its traceback, secrets replaced, goes to :data:`PUSH_LOG` in
+    ``log_dir``, and the message names the file."""
+    from huggingface_hub import errors
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    # The HTTP library's base error as huggingface_hub imports it (httpx2's in huggingface_hub
+    # 2): no connection, a timeout, a proxy, a broken answer. Not in its __all__; the test of an
+    # unreachable Hub fails if it moves.
+    transport_error: type[Exception] = errors.HTTPError  # type: ignore[attr-defined]
+
+    where = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     try:
         return _push(runs, repo_id, token, redactor, private, endpoint)
     except HfHubHTTPError as exc:
@@ -115,12 +144,40 @@ def push_runs(
         raise ShareError(f"the Hub answered HTTP {status} for {repo_id}: {exc}") from None
     except (ShareError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # the Hub unreachable (huggingface_hub's HTTP library's errors)
-        where = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    except OfflineModeIsEnabled:
         raise ShareError(
-            f"could not push to {repo_id} at {where} ({type(exc).__name__}: {exc}); check "
-            "the network and HF_ENDPOINT, then push again (pushing the same runs twice is safe)"
+            f"could not push to {repo_id}: huggingface_hub is in offline mode (HF_HUB_OFFLINE "
+            "is set); unset HF_HUB_OFFLINE to push"
         ) from None
+    except (transport_error, ConnectionError, TimeoutError) as exc:
+        raise ShareError(
+            f"could not reach the Hub at {where} to push {repo_id} ({type(exc).__name__}: "
+            f"{exc}); check the network and HF_ENDPOINT, then push again (pushing the same "
+            "runs twice is safe)"
+        ) from None
+    except Exception as exc:
+        log = _log_traceback(exc, log_dir, f"pushing to {repo_id} at {where}", redactor)
+        raise ShareError(
+            f"pushing to {repo_id} at {where} failed with an unexpected "
+            f"{type(exc).__name__}: {exc}; not a network or token problem: {log}"
+        ) from None
+
+
+def _log_traceback(exc: Exception, log_dir: Path, what: str, redactor: Redactor) -> str:
+    """Append ``exc``'s traceback, secrets replaced, to :data:`PUSH_LOG` in ``log_dir``; the
+    words that point a reader to it."""
+    import traceback
+    from datetime import UTC, datetime
+
+    path = log_dir / PUSH_LOG
+    text = "".join(traceback.format_exception(exc))
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as log:
+            log.write(f"{datetime.now(UTC).isoformat()} {what}\n{redactor.text(text)}\n")
+    except OSError as error:
+        return f"its traceback could not be written to {path} ({error})"
+    return f"the traceback is in {path}"
 
 
 def _push(

@@ -115,6 +115,9 @@ class HubServer(ThreadedApp):
         self.lfs: dict[str, bytes] = {}
         self.requests: list[tuple[str, str]] = []
         self.preupload_oids = True
+        # When set, repository info answers this JSON instead: a Hub (or a mirror at
+        # HF_ENDPOINT) answering what huggingface_hub cannot read.
+        self.info_answer: Any = None
         self._lock = threading.Lock()
 
     # -- for tests ------------------------------------------------------------------------------
@@ -228,6 +231,8 @@ class HubServer(ThreadedApp):
         return f"{self.url}/{prefix}{repo_id}"
 
     def _info(self, repo: Repo) -> web.Response:
+        if self.info_answer is not None:
+            return web.json_response(self.info_answer)
         return web.json_response(
             {
                 "id": repo.repo_id,
