@@ -306,3 +306,26 @@ def test_under_xdist_the_reference_comparison_is_taken_up_once_the_reference_fin
     assert early["decided"] and early["deciding"] == "vs_reference", early
     assert early["comparisons"]["vs_reference"]["regressed"] is True
     assert project.server.stats()["chat_requests:model-b"] < 0.5 * 400
+
+
+def test_the_error_rate_is_over_the_examples_sent(project: BenchmarkProject) -> None:
+    project.add(
+        "big", n=N, gate="gate: {min_avg_reward: 0.5, max_error_rate: 0.05, early_stop: true}"
+    )
+    project.server.configure(fail_rate=0.25)
+    result = _run(project, 1.0, *FEW_IN_FLIGHT)
+    result.assert_outcomes(failed=1)
+    metadata = _metadata(project)
+    early = metadata["early_stop"]
+    assert isinstance(early, dict) and early["decided"], early
+    errors = metadata["errors"]
+    assert isinstance(errors, int)
+    sent = early["evaluated"] + errors
+    # Far more than 5% of the examples sent, though fewer than 5% of the 1,000 selected.
+    assert 0.05 * sent < errors < 0.05 * N and sent < 0.5 * N
+    result.stdout.fnmatch_lines(
+        [
+            f"*{errors} of {sent} examples sent could not be evaluated (error rate *% > "
+            "gate.max_error_rate 5.0%)*"
+        ]
+    )

@@ -335,6 +335,7 @@ class BenchmarkRun:
             # Examples never sent are not errors: only those that were sent and failed are.
             sent_errors = {i: e for i, e in outcome.errored.items() if state.error(i) is not None}
             if len(sent_errors) < len(outcome.errored):  # some were never sent: stopped early
+                outcome.unsent = len(outcome.errored) - len(sent_errors)
                 outcome.errored = sent_errors
                 outcome.early_decision = early.decision
         if early_off is not None or early is not None:
