@@ -378,7 +378,8 @@ def test_a_minimum_outside_the_assumed_range_is_a_config_error(
     result.stdout.fnmatch_lines(
         [
             "*evals/big.yaml: invalid benchmark configuration*",
-            "*gate.min_avg_reward 10 is outside the rewards' range [[]0, 1[]]*declare the range*"
+            "*gate.min_avg_reward 10 is outside [[]0, 1[]], the rewards' range gate.early_stop "
+            "assumes (the default): declare the range*"
             "gate.reward_range: [[]lowest, highest[]]*",
         ]
     )

@@ -325,10 +325,10 @@ class GateConfig(BaseModel):
             return self
         low, high = self.rewards_bounds
         if self.min_avg_reward is not None and not low <= self.min_avg_reward <= high:
-            where = "gate.reward_range" if self.reward_range else "[0, 1], the default range"
+            where = "gate.reward_range" if self.reward_range else "the default"
             raise ValueError(
-                f"gate.min_avg_reward {self.min_avg_reward:g} is outside the rewards' range "
-                f"[{low:g}, {high:g}] ({where}) that gate.early_stop assumes: declare the range "
+                f"gate.min_avg_reward {self.min_avg_reward:g} is outside [{low:g}, {high:g}], "
+                f"the rewards' range gate.early_stop assumes ({where}): declare the range "
                 "the rubric's rewards lie in with gate.reward_range: [lowest, highest], or turn "
                 "early stop off (gate.early_stop: false, --no-early-stop)"
             )
