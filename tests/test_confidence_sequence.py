@@ -138,7 +138,7 @@ def test_examples_that_finish_out_of_turn_wait_for_theirs() -> None:
 def test_a_value_outside_zero_one_turns_early_stop_off_with_a_reason() -> None:
     early = EarlyStop([0, 1], [0, 1], {"avg_reward": 0.5}, 0.05)
     early.finished(0, {"avg_reward": 2.0})
-    assert not early.decided and early.off is not None and "not in [0, 1]" in early.off
+    assert not early.decided and early.off is not None and "outside [0, 1]" in early.off
 
 
 def _pending_and_known(

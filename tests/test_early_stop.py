@@ -317,3 +317,133 @@ def test_under_xdist_the_reference_comparison_is_taken_up_once_the_reference_fin
     assert early["decided"] and early["deciding"] == "vs_reference", early
     assert early["comparisons"]["vs_reference"]["regressed"] is True
     assert project.server.stats()["chat_requests:model-b"] < 0.5 * 400
+
+
+#: file-qa whose rubric pays 100 for a right answer (a score out of 100, not in [0, 1]); with
+#: ``first_wrong`` the first example sent scores 0 and every other one 100, whatever it answers.
+SCALED_QA = """
+import verifiers as vf
+
+from pytest_modal_eval.envs import file_qa
+
+first: list[str] = []
+
+
+class FirstSent(vf.SingleTurnEnv):
+    async def run_group(self, rows, *args, **kwargs):
+        if not first:
+            first.append(rows[0]["answer"])
+        return await super().run_group(rows, *args, **kwargs)
+
+
+def load_environment(path, base_dir, first_wrong=False):
+    env = file_qa.load_environment(path, base_dir=base_dir)
+    if not first_wrong:
+
+        def out_of_100(completion, answer, **_):
+            text = completion if isinstance(completion, str) else completion[-1]["content"]
+            return 100.0 if file_qa.answers_match(file_qa.final_answer(text), answer) else 0.0
+
+        return vf.SingleTurnEnv(eval_dataset=env.eval_dataset, rubric=vf.Rubric([out_of_100]))
+    first.clear()
+
+    def first_sent_scores_zero(answer, **_):
+        return 0.0 if answer == first[0] else 100.0
+
+    rubric = vf.Rubric(funcs=[first_sent_scores_zero], weights=[1.0])
+    return FirstSent(eval_dataset=env.eval_dataset, rubric=rubric)
+"""
+
+
+def _scaled(project: BenchmarkProject, n: int, gate: str, first_wrong: bool = False) -> None:
+    """Benchmark ``big`` on :data:`SCALED_QA`, rewards 0 or 100."""
+    project.add("big", n=n)  # its data
+    modules = project.pytester.mkdir("envs")
+    (modules / "scaled_qa.py").write_text(SCALED_QA)
+    project.pytester.syspathinsert(modules)
+    args = f"{{path: data/big.jsonl, base_dir: '{project.evals}', first_wrong: {first_wrong}}}"
+    (project.evals / "big.yaml").write_text(
+        f"env_id: scaled-qa\nenv_args: {args}\neval: {{max_retries: 0}}\n{gate}\n"
+    )
+
+
+def test_a_minimum_outside_the_assumed_range_is_a_config_error(
+    project: BenchmarkProject,
+) -> None:
+    # Rewards 0 or 100, mean ~50: with rewards assumed in [0, 1], a minimum of 10 could only
+    # ever be decided wrongly, so the file is refused before anything is sent.
+    _scaled(project, 50, "gate: {min_avg_reward: 10, early_stop: true}")
+    result = _run(project, 0.5)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*evals/big.yaml: invalid benchmark configuration*",
+            "*gate.min_avg_reward 10 is outside [[]0, 1[]], the rewards' range gate.early_stop "
+            "assumes (the default): declare the range*"
+            "gate.reward_range: [[]lowest, highest[]]*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    assert project.server.stats().get("chat_requests", 0) == 0
+
+
+def test_a_declared_reward_range_decides_on_the_rewards_scale(project: BenchmarkProject) -> None:
+    _scaled(project, N, "gate: {min_avg_reward: 10, early_stop: true, reward_range: [0, 100]}")
+    result = _run(project, 0.5, *FEW_IN_FLIGHT)
+    result.assert_outcomes(passed=1)
+    early = _metadata(project)["early_stop"]
+    assert isinstance(early, dict) and early["decided"] and early["verdict"] == "pass", early
+    assert early["decided_after"] < 0.15 * N
+    low, high = early["intervals"]["avg_reward"]
+    assert 10 <= low < 50 < high <= 100  # on the rewards' scale, not [0, 1]
+
+
+def test_a_reward_outside_the_range_takes_back_a_decision_and_the_run_goes_on(
+    project: BenchmarkProject,
+) -> None:
+    # The first example sent scores 0: a minimum of 1 is then ruled out, FAIL. Every other one
+    # scores 100, outside the assumed [0, 1]: the decision is taken back and every example is
+    # evaluated (mean 99.5 of 200: PASS).
+    _scaled(project, 200, "gate: {min_avg_reward: 1, early_stop: true}", first_wrong=True)
+    result = _run(project, 1.0, *FEW_IN_FLIGHT)
+    result.assert_outcomes(passed=1)
+    metadata = _metadata(project)
+    assert metadata["n_evaluated"] == 200
+    early = metadata["early_stop"]
+    assert isinstance(early, dict) and early["decided"] is False, early
+    assert "outside [0, 1], the range early stop assumes (gate.reward_range)" in early["reason"]
+    result.stdout.fnmatch_lines(["*early stop: avg_reward of example * is 100, outside*"])
+
+
+def test_the_error_rate_is_over_the_examples_sent(project: BenchmarkProject) -> None:
+    project.add(
+        "big", n=N, gate="gate: {min_avg_reward: 0.5, max_error_rate: 0.05, early_stop: true}"
+    )
+    project.server.configure(fail_rate=0.25)
+    result = _run(project, 1.0, *FEW_IN_FLIGHT)
+    result.assert_outcomes(failed=1)
+    metadata = _metadata(project)
+    early = metadata["early_stop"]
+    assert isinstance(early, dict) and early["decided"], early
+    errors = metadata["errors"]
+    assert isinstance(errors, int)
+    sent = early["evaluated"] + errors
+    # Far more than 5% of the examples sent, though fewer than 5% of the 1,000 selected.
+    assert 0.05 * sent < errors < 0.05 * N and sent < 0.5 * N
+    result.stdout.fnmatch_lines(
+        [
+            f"*{errors} of {sent} examples sent could not be evaluated (error rate *% > "
+            "gate.max_error_rate 5.0%)*"
+        ]
+    )
+
+
+def test_a_value_outside_the_range_takes_back_a_decision_already_made() -> None:
+    from pytest_modal_eval.runs.early_stop import EarlyStop
+
+    early = EarlyStop(list(range(10)), list(range(10)), {"avg_reward": 1.0}, 0.05)
+    early.finished(0, {"avg_reward": 0.0})
+    assert early.decided  # the full mean can no longer reach 1
+    early.finished(1, {"avg_reward": 100.0})  # in flight when it was decided
+    assert not early.decided and early.undone is not None and early.off is not None
+    assert "taken back" in early.off and "outside [0, 1]" in early.off

@@ -7,6 +7,7 @@ because a typo in an eval config silently changes what is measured.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -291,6 +292,13 @@ class GateConfig(BaseModel):
         "decide min_avg_reward, min_metrics and the baseline / vs_reference comparisons (valid "
         "at every look; see docs/gates.md)",
     )
+    reward_range: list[float] | None = Field(
+        None,
+        min_length=2,
+        max_length=2,
+        description="with early_stop: [lowest, highest] reward a rollout can get; null = [0, 1] "
+        "(the confidence sequences need the bounds before the first example)",
+    )
     vs_reference: VsReferenceConfig | None = Field(
         None, description="with several --model: fail a model significantly worse than the first"
     )
@@ -299,6 +307,45 @@ class GateConfig(BaseModel):
         description="with several seats (a two-player game): apply min_avg_reward and "
         "min_metrics to every seat's own figures, not only to agent.seat's (no early_stop then)",
     )
+
+    @field_validator("reward_range")
+    @classmethod
+    def _check_reward_range(cls, bounds: list[float] | None) -> list[float] | None:
+        if bounds is not None and not (
+            math.isfinite(bounds[0] + bounds[1]) and bounds[0] < bounds[1]
+        ):
+            raise ValueError("give [lowest, highest] with lowest < highest, both finite")
+        return bounds
+
+    @model_validator(mode="after")
+    def _early_stop_thresholds_in_range(self) -> GateConfig:
+        """Early stop's sequences need every gated value's bounds before the first example:
+        a minimum outside them could never be decided right."""
+        if not self.early_stop or self.every_seat:  # every_seat: no early stop
+            return self
+        low, high = self.rewards_bounds
+        if self.min_avg_reward is not None and not low <= self.min_avg_reward <= high:
+            where = "gate.reward_range" if self.reward_range else "the default"
+            raise ValueError(
+                f"gate.min_avg_reward {self.min_avg_reward:g} is outside [{low:g}, {high:g}], "
+                f"the rewards' range gate.early_stop assumes ({where}): declare the range "
+                "the rubric's rewards lie in with gate.reward_range: [lowest, highest], or turn "
+                "early stop off (gate.early_stop: false, --no-early-stop)"
+            )
+        for metric, minimum in sorted(self.min_metrics.items()):
+            if not 0.0 <= minimum <= 1.0:
+                raise ValueError(
+                    f"gate.min_metrics.{metric} {minimum:g} is outside [0, 1], the range "
+                    "gate.early_stop assumes for a metric: gate a metric in [0, 1], or turn "
+                    "early stop off (gate.early_stop: false, --no-early-stop)"
+                )
+        return self
+
+    @property
+    def rewards_bounds(self) -> tuple[float, float]:
+        """The range early stop assumes each rollout's reward lies in."""
+        low, high = self.reward_range or (0.0, 1.0)
+        return low, high
 
 
 class BenchmarkConfig(BaseModel):

@@ -171,7 +171,8 @@ def decide(
     summary = outcome.summary
     if outcome.errored and outcome.error_rate > gate.max_error_rate:
         verdict.reasons.append(
-            f"{len(outcome.errored)} of {outcome.n_selected} examples could not be evaluated "
+            f"{len(outcome.errored)} of {outcome.n_sent} examples "
+            f"{'sent ' if outcome.unsent else ''}could not be evaluated "
             f"(error rate {outcome.error_rate:.1%} > gate.max_error_rate "
             f"{gate.max_error_rate:.1%}); first: example {min(outcome.errored)}: "
             f"{outcome.errored[min(outcome.errored)]}"

@@ -15,6 +15,12 @@ quantities' sequences misses at any look with probability at most ``gate.alpha /
 sequences are two-sided at ``1 - 2 alpha / K``), so a wrong early verdict has probability at
 most ``gate.alpha``.
 
+The sequences are for values in [0, 1], and need their range before the first look: the mean
+reward is rescaled from ``gate.reward_range`` ([0, 1] unless declared; the schema refuses a
+minimum outside it), metrics are taken to lie in [0, 1]. A value seen outside its range breaks
+that assumption: the sequences stop deciding, a decision they took is taken back, and the run
+goes on to the end.
+
 The guarantee needs the values to arrive in random order, so the sequences take examples in the
 order of the seeded permutation (:func:`send_order`), not in the order answers come back (a fast
 answer is often a short one, and short answers are not a random sample): an example that
@@ -80,11 +86,6 @@ class PairedGate:
     # made under another configuration is not compared with. None: no such condition.
     config_hash: str | None = None
 
-    @property
-    def threshold(self) -> float:
-        """``-max_drop`` on the [0, 1] scale of the paired differences."""
-        return paired_difference(-self.max_drop, 0.0)
-
 
 @dataclass(frozen=True)
 class PendingPaired:
@@ -101,10 +102,6 @@ class PendingPaired:
     poll: Callable[[], Mapping[str, float] | str | None]
     waiting: str
     config_hash: str | None = None  # as PairedGate's: no condition on the run's key
-
-    @property
-    def threshold(self) -> float:
-        return self.known({}).threshold
 
     def known(self, means: Mapping[str, float]) -> PairedGate:
         return PairedGate(self.name, self.label, means, self.max_drop, self.alpha, self.field)
@@ -171,18 +168,24 @@ class EarlyStop:
         thresholds: Mapping[str, float],
         alpha: float,
         paired: Sequence[PairedGate | PendingPaired] = (),
+        reward_range: tuple[float, float] = (0.0, 1.0),
     ) -> None:
         k = len(thresholds) + len(paired)
         if not k:
             raise ValueError("early stop needs a gated quantity")
         self.thresholds = dict(thresholds)
+        self.reward_range = reward_range
+        # The sequences are for values in [0, 1]: the mean reward is rescaled from its range.
+        self._scaled = {n: self._scale(n, t) for n, t in self.thresholds.items()}
+        outside = [n for n, t in self._scaled.items() if not 0.0 <= t <= 1.0]
+        if outside:
+            raise ValueError(f"the minimum of {outside[0]} is outside its range")
         self.order = order
         self.total = len(order)
         # Each side at alpha / K: two-sided at 1 - 2 alpha / K (see the module docstring).
         self.level = 1.0 - 2.0 * alpha / k
         self.sequences = {
-            name: BettingCS(1.0 - self.level, len(order), [t])
-            for name, t in self.thresholds.items()
+            name: BettingCS(1.0 - self.level, len(order), [t]) for name, t in self._scaled.items()
         }
         self.paired = [p for p in paired if isinstance(p, PairedGate)]
         self.pending = [p for p in paired if isinstance(p, PendingPaired)]
@@ -193,7 +196,8 @@ class EarlyStop:
         # With replacement (an infinite population): the comparison is a test of the models,
         # the examples a sample of what they meet, not the exact difference on this set.
         self.paired_sequences = {
-            p.name: BettingCS(1.0 - self.paired_levels[p.name], None, [p.threshold]) for p in paired
+            p.name: BettingCS(1.0 - self.paired_levels[p.name], None, [self._paired_threshold(p)])
+            for p in paired
         }
         self._ids = [int(example_ids[p]) for p in order]
         self._turn_of = {example_id: turn for turn, example_id in enumerate(self._ids)}
@@ -202,6 +206,48 @@ class EarlyStop:
         self.taken = 0
         self.decision: Decision | None = None
         self.off: str | None = None  # why the sequences stopped deciding, if they did
+        # A decision a value outside its assumed range took back (the run goes on to the end).
+        self.undone: Decision | None = None
+
+    @property
+    def _width(self) -> float:
+        return self.reward_range[1] - self.reward_range[0]
+
+    def _scale(self, name: str, value: float) -> float:
+        """``value`` of quantity ``name`` on the sequences' [0, 1] scale."""
+        return (value - self.reward_range[0]) / self._width if name == REWARD else value
+
+    def _unscale(self, name: str, value: float) -> float:
+        return self.reward_range[0] + value * self._width if name == REWARD else value
+
+    def _bounds(self, name: str) -> tuple[float, float]:
+        """The range quantity ``name``'s values are assumed to lie in."""
+        return self.reward_range if name == REWARD else (0.0, 1.0)
+
+    def _paired_threshold(self, p: PairedGate | PendingPaired) -> float:
+        """``-max_drop`` on the [0, 1] scale of the paired differences."""
+        return paired_difference(-p.max_drop / self._width, 0.0)
+
+    def _outside(self, name: str, value: float | None) -> bool:
+        low, high = self._bounds(name)
+        return value is None or math.isnan(value) or not low <= value <= high
+
+    def _turn_off(self, what: str, value: float | None, name: str) -> None:
+        """A value outside its assumed range: the sequences no longer hold, so nothing they
+        decided stands and the run goes on to the end."""
+        low, high = self._bounds(name)
+        setting = "gate.reward_range" if name == REWARD else "a metric's range"
+        shown = "missing" if value is None else f"{value:g}"
+        self.off = (
+            f"{what} is {shown}, outside [{low:g}, {high:g}], the range early stop assumes "
+            f"({setting}): its confidence sequences do not hold"
+        )
+        if self.decision is not None:
+            self.undone, self.decision = self.decision, None
+            self.off += (
+                f"; the gate they decided after {self.undone.after:,} examples is taken back"
+            )
+        self.off += "; the run goes on to the end"
 
     def finished(self, example_id: int, values: Mapping[str, float] | None) -> None:
         """One example is done: its per-example values by quantity (None: it errored)."""
@@ -231,15 +277,11 @@ class EarlyStop:
             differences[p.name] = difference
         for name in self.thresholds:
             value = values.get(name)
-            if value is None or not 0.0 <= value <= 1.0 or math.isnan(value):
-                shown = "missing" if value is None else f"{value:g}"
-                self.off = (
-                    f"{name} of an example is {shown}, not in [0, 1]: early stop needs values "
-                    "in [0, 1]; the run goes on to the end"
-                )
+            if self._outside(name, value):
+                self._turn_off(f"{name} of example {key}", value, name)
                 return
         for name, cs in self.sequences.items():
-            cs.update(values[name])
+            cs.update(self._scale(name, values[name]))
         for name, difference in differences.items():
             self.paired_sequences[name].update(difference)
         if self._rewards is not None:
@@ -250,17 +292,14 @@ class EarlyStop:
 
     def _difference(self, p: PairedGate, key: str, mine: float | None) -> float | None:
         """Example ``key``'s difference on the [0, 1] scale, or None (and early stop off) when
-        a side's mean reward is not in [0, 1]."""
+        a side's mean reward is outside the rewards' range."""
         theirs = p.means[key]
         for side, value in (("this run's", mine), (f"{p.label}'s", theirs)):
-            if value is None or not 0.0 <= value <= 1.0 or math.isnan(value):
-                self.off = (
-                    f"{side} mean reward of example {key} is {value}, not in "
-                    "[0, 1]: early stop needs values in [0, 1]; the run goes on to the end"
-                )
+            if self._outside(REWARD, value):
+                self._turn_off(f"{side} mean reward of example {key}", value, REWARD)
                 return None
         assert mine is not None
-        return paired_difference(mine, theirs)
+        return paired_difference(self._scale(REWARD, mine), self._scale(REWARD, theirs))
 
     def _poll(self) -> None:
         """Take up each waiting comparison whose other side has arrived: its sequence takes the
@@ -296,25 +335,30 @@ class EarlyStop:
     def _decide(self) -> Decision | None:
         if self.pending:
             return None  # a comparison is open until its other side arrives
-        below = sorted(n for n, cs in self.sequences.items() if cs.below(self.thresholds[n]))
-        if not below and not all(cs.above(self.thresholds[n]) for n, cs in self.sequences.items()):
+        below = sorted(n for n, cs in self.sequences.items() if cs.below(self._scaled[n]))
+        if not below and not all(cs.above(self._scaled[n]) for n, cs in self.sequences.items()):
             return None
         paired: list[PairedDecision] = []
         for p in self.paired:
             cs = self.paired_sequences[p.name]
-            if cs.above(p.threshold):
+            threshold = self._paired_threshold(p)
+            if cs.above(threshold):
                 regressed = False
-            elif cs.below(p.threshold):
+            elif cs.below(threshold):
                 regressed = True
             else:
                 return None  # this comparison is still open
             level = self.paired_levels[p.name]
-            bounds = cs.difference_bounds()
+            low, high = cs.difference_bounds()
+            bounds = (low * self._width, high * self._width)
             paired.append(
                 PairedDecision(p.name, p.label, p.field, p.max_drop, regressed, bounds, level)
             )
         failed = [*below, *(p.name for p in paired if p.regressed)]
-        intervals = {n: (cs.lower, cs.upper) for n, cs in self.sequences.items()}
+        intervals = {
+            n: (self._unscale(n, cs.lower), self._unscale(n, cs.upper))
+            for n, cs in self.sequences.items()
+        }
         intervals.update({p.name: p.interval for p in paired})
         return Decision(
             not failed,
@@ -446,4 +490,5 @@ def build(
             "and no comparison gates the run"
         )
     order = send_order(len(example_ids), run_key)
-    return EarlyStop(order, example_ids, thresholds, gate.alpha, made), None
+    early = EarlyStop(order, example_ids, thresholds, gate.alpha, made, gate.rewards_bounds)
+    return early, None

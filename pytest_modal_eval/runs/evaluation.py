@@ -207,8 +207,11 @@ class BenchmarkRun:
         progress_step = max(1, int(total * PROGRESS_STEP))
         next_progress = done + progress_step
 
+        handled: set[int] = set()  # the examples this session evaluated
+
         def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
             nonlocal done, reward_sum, counted, consecutive_errors, next_progress
+            handled.add(example_id)
             records = [
                 request.redactor.json(
                     rollout_record(
@@ -295,6 +298,17 @@ class BenchmarkRun:
                         handle, should_stop, journal, state.missing,
                         order=early_order, keep_sending=keep_sending,
                     )  # fmt: skip
+                    if early is not None and early.undone is not None and not should_stop():
+                        # A decision taken back once sending had stopped: send the rest.
+                        rest = (
+                            0 if i in handled else m
+                            for i, m in zip(selected_ids, still_missing, strict=True)
+                        )
+                        run_grouped(
+                            run_dir, self.env, rows, array("I", rest), request, info,
+                            self.sampling, handle, should_stop, journal, state.missing,
+                            order=early_order,
+                        )  # fmt: skip
         except KeyboardInterrupt:
             self.interrupted = Interrupted(counted, total, run_id, run_dir)
             raise
@@ -335,6 +349,7 @@ class BenchmarkRun:
             # Examples never sent are not errors: only those that were sent and failed are.
             sent_errors = {i: e for i, e in outcome.errored.items() if state.error(i) is not None}
             if len(sent_errors) < len(outcome.errored):  # some were never sent: stopped early
+                outcome.unsent = len(outcome.errored) - len(sent_errors)
                 outcome.errored = sent_errors
                 outcome.early_decision = early.decision
         if early_off is not None or early is not None:

@@ -69,9 +69,19 @@ class RunOutcome:
     # The (headline) seat played several times per rollout: plays per rollout and all plays.
     attempts: dict[str, Any] | None = None
 
+    # Examples never sent because early stop decided the gate first: not errors, and not in
+    # the error rate's denominator.
+    unsent: int = 0
+
+    @property
+    def n_sent(self) -> int:
+        """The examples sent for evaluation (all selected, unless early stop decided first)."""
+        return self.n_selected - self.unsent
+
     @property
     def error_rate(self) -> float:
-        return len(self.errored) / self.n_selected if self.n_selected else 0.0
+        """The share of the examples sent that could not be evaluated."""
+        return len(self.errored) / self.n_sent if self.n_sent else 0.0
 
 
 @dataclass(frozen=True)
