@@ -38,8 +38,11 @@ def eval_endpoint(
     from pytest_modal_eval.config.schema import BenchmarkConfig
     from pytest_modal_eval.runs.identity import pin_revision
     from pytest_modal_eval.serving.endpoint import ServerRequest
+    from pytest_modal_eval.session.worker import WORKER_PLUGIN, WorkerSession
 
     session = pytestconfig.stash[CONTEXT_KEY]
+    worker = pytestconfig.pluginmanager.get_plugin(WORKER_PLUGIN)
+    assert isinstance(worker, WorkerSession)  # registered in every process by pytest_configure
     # This test's model when parametrized per model (several --model), else the only one.
     model: str | None = getattr(request, "param", None) or session.settings.model
 
@@ -54,7 +57,7 @@ def eval_endpoint(
             bench = load_benchmark(Path(benchmark), list(settings.overrides))
         wanted = ServerRequest.for_benchmark(settings, bench, model)
         # At the commit the benchmark items pin a Hub model to, so that both get one server.
-        wanted = pin_revision(wanted, session.model_identity(wanted))
+        wanted = pin_revision(wanted, worker.identities.of(wanted))
         # The running test holds the server until its teardown; on --backend local a test
         # cannot hold two profiles' servers at once.
         info = endpoint_source(pytestconfig).endpoint_for(

@@ -16,6 +16,7 @@ from pytest_modal_eval.collect.context import (
     DEPLOYMENTS_KEY,
     SOURCE_KEY,
     EvalContext,
+    served_model,
     session_redactor,
 )
 from pytest_modal_eval.collect.items import (
@@ -26,9 +27,11 @@ from pytest_modal_eval.collect.items import (
 )
 from pytest_modal_eval.collect.server_plan import PLAN_KEY, ServerPlan
 from pytest_modal_eval.config.backends import backend
+from pytest_modal_eval.config.locations import session_logs_dir
 from pytest_modal_eval.config.options import add_options, resolve_settings
 from pytest_modal_eval.exceptions import OptionError, ShareError
 from pytest_modal_eval.report.redaction import RedactedOutput
+from pytest_modal_eval.runs.identity import ModelIdentities
 from pytest_modal_eval.serving.broker import BROKER_INPUT_KEY, BrokerClient
 from pytest_modal_eval.serving.deployments import Deployments
 from pytest_modal_eval.session.controller import (
@@ -75,11 +78,12 @@ def pytest_configure(config: pytest.Config) -> None:
         session_id=str((workerinput or {}).get("testrunuid") or uuid.uuid4().hex),
         worker=(workerinput or {}).get("workerid"),
     )
-    config.stash[RUNNER_KEY] = DeferredRunner(session)
+    identities = ModelIdentities(served_model(session), getattr(config, "cache", None))
+    config.stash[RUNNER_KEY] = DeferredRunner(session, identities)
     config.stash[PLAN_KEY] = plan = ServerPlan(config, settings)
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
     # Every process, xdist workers included: reports and log records are redacted where made.
-    worker = WorkerSession(config, settings.models, RedactedOutput(redactor), plan)
+    worker = WorkerSession(config, settings.models, RedactedOutput(redactor), plan, identities)
     config.pluginmanager.register(worker, WORKER_PLUGIN)
     if workerinput is not None:
         url, token = workerinput[BROKER_INPUT_KEY]
@@ -111,13 +115,14 @@ class DeferredRunner:
     so a pytest session without one -- any test suite in an environment where the plugin is
     installed -- never pays for it."""
 
-    def __init__(self, session: EvalContext) -> None:
+    def __init__(self, session: EvalContext, identities: ModelIdentities) -> None:
         self.session = session
+        self.identities = identities
 
     def prepare(self, item: BenchmarkItem) -> None:
         from pytest_modal_eval.collect import item_run
 
-        item_run.prepare(self.session, item)
+        item_run.prepare(self.session, item, self.identities)
 
     def evaluate(self, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
         from pytest_modal_eval.collect import item_run
@@ -154,15 +159,6 @@ def _check_path_options(config: pytest.Config) -> None:
                 f"path, and chooses its rootdir from it (now {config.rootpath}). Write "
                 f"{flag}={value} instead."
             )
-
-
-def session_logs_dir(output_dir: Path) -> Path:
-    """Where this session's servers write their logs: a directory of its own (named by its UTC
-    start), so a failed start shows this session's lines and each run's log links keep
-    pointing at the log of the server that answered it."""
-    from datetime import UTC, datetime
-
-    return output_dir / "logs" / f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 
 def _check_local_models(models: tuple[str, ...]) -> None:

@@ -20,7 +20,8 @@ from click.testing import CliRunner, Result
 from pytest_modal_eval.cli import main
 from pytest_modal_eval.cli.deploy import deploy_spec
 from pytest_modal_eval.exceptions import ServingError
-from pytest_modal_eval.serving.modal.app import tag_value
+from pytest_modal_eval.model_names import model_label
+from pytest_modal_eval.serving.modal.app import model_tag
 from pytest_modal_eval.serving.modal.apps import AppRecord, parse_app_list
 from pytest_modal_eval.serving.modal.backend import ModalServer
 from tests.conftest import FakeServer
@@ -50,7 +51,7 @@ class FakeApps:
 
 
 def record(name: str, model: str, tags: dict[str, str] | None = None) -> AppRecord:
-    all_tags = {**OURS, "model": tag_value(model), "gpu": "H100x2", "tp": "2", "dp": "1"}
+    all_tags = {**OURS, "model": model_tag(model), "gpu": "H100x2", "tp": "2", "dp": "1"}
     return AppRecord(
         name,
         f"ap-{name}",
@@ -102,6 +103,21 @@ def test_stop_by_model_stops_only_that_model(apps: FakeApps) -> None:
     result = run(apps, "stop", "-m", "Qwen/Qwen2.5-7B-Instruct", "-y")
     assert result.exit_code == 0, result.output
     assert apps.stopped == ["eval-qwen2-5-7b-instruct-aaaaaaaaaa"]
+
+
+def test_an_apps_model_tag_is_the_models_label_which_stop_matches(
+    apps: FakeApps, tmp_path: Path
+) -> None:
+    """The tag ``status`` shows is the spelling test ids and run listings use, so ``stop -m``
+    finds an app by the id however it is written (here with a trailing ``/``)."""
+    yaml = tmp_path / "b.yaml"
+    yaml.write_text("env_id: file-qa\n")
+    spec = deploy_spec("org/some-model", yaml, [])
+    assert spec.tags()["model"] == model_label("org/some-model") == "org--some-model"
+    apps.records.append(AppRecord(spec.app_name(), "ap-x", "deployed", 1, "", spec.tags()))
+    result = run(apps, "stop", "-m", "org/some-model/", "-y")
+    assert result.exit_code == 0, result.output
+    assert apps.stopped == [spec.app_name()]
 
 
 def test_stop_all_never_touches_other_apps(apps: FakeApps) -> None:

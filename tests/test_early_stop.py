@@ -262,7 +262,12 @@ def test_under_xdist_the_reference_comparison_is_taken_up_once_the_reference_fin
     the reference has not finished (a FIFO makes the reference wait for the challenger's
     setup) and its comparison is open. The challenger's requests are held until the
     reference's item is over; its sequences then take up the reference's results and the
-    comparison decides the run early."""
+    comparison decides the run early.
+
+    The items must not share a worker: there the FIFO would wait for a setup that cannot
+    start. Under ``--dist loadgroup`` each item is a work unit of its own (its own
+    ``xdist_group``), and xdist hands each worker a unit before any worker gets a second, so
+    the two items run on the two workers whatever order xdist keeps its units in."""
     _two_models(project, 0.3)
     fifo = project.pytester.path / "challenger-started"
     os.mkfifo(fifo)
@@ -274,6 +279,11 @@ def test_under_xdist_the_reference_comparison_is_taken_up_once_the_reference_fin
         import urllib.request
 
         import pytest
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collection_modifyitems(items):
+            for item in items:  # before xdist's own implementation reads the groups
+                item.add_marker(pytest.mark.xdist_group(item.name))
 
         @pytest.hookimpl(wrapper=True)
         def pytest_runtest_setup(item):
@@ -298,7 +308,8 @@ def test_under_xdist_the_reference_comparison_is_taken_up_once_the_reference_fin
         """
     )
     result = project.pytester.runpytest_subprocess(
-        *project.args("-n", "2", "--model", "model-b", *FEW_IN_FLIGHT), timeout=300
+        *project.args("-n", "2", "--dist", "loadgroup", "--model", "model-b", *FEW_IN_FLIGHT),
+        timeout=300,
     )
     result.assert_outcomes(passed=1, failed=1)
     assert _newest_metadata(project)["n_evaluated"] == 400  # the reference: all of it

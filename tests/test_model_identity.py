@@ -441,6 +441,7 @@ def test_eval_endpoint_and_benchmarks_share_the_server_at_the_pinned_commit(
 ) -> None:
     project = local.project
     project.add("alpha", n=2)
+    project.add("beta", n=2)
     project.pytester.makepyfile(
         test_user="""
         def test_reaches_the_model(eval_endpoint):
@@ -456,15 +457,20 @@ def test_eval_endpoint_and_benchmarks_share_the_server_at_the_pinned_commit(
         "local",
         f"--vllm-python={sys.executable}",
     )
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
     [start] = local.started()
     assert _revision(start) == A
+    # The process's identities: the fixture and both benchmarks ask the Hub which commit once
+    # (the other requests list the commit's files, for the chat template).
+    asked = [p for p in hub.requests if p.startswith("/api/models/") and "/tree/" not in p]
+    assert asked == ["/api/models/org/x"]
 
 
 def test_run_directories_are_named_by_the_label_and_earlier_names_are_still_found(
     tmp_path: Path,
 ) -> None:
-    from pytest_modal_eval.runs.identity import legacy_model_slug, model_run_dir, model_slug
+    from pytest_modal_eval.model_names import legacy_model_slug, model_slug
+    from pytest_modal_eval.runs.paths import model_run_dir
 
     assert model_slug("org/a b") == "org--a-b"  # the label's spelling, after the kind of name
     assert legacy_model_slug("org/a b") == "org--a b"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -414,3 +415,34 @@ def test_a_run_under_the_earlier_directory_name_is_continued(project: BenchmarkP
     result.stdout.fnmatch_lines([f"*every selected example was finished in run {made.name}*"])
     assert not (outputs / "alpha--org--a-b").exists()
     assert [p.name for p in earlier.iterdir() if p.is_dir()] == [made.name]
+
+
+def test_ctrl_c_under_xdist_says_the_examples_are_kept_and_the_command_that_continues(
+    project: BenchmarkProject,
+) -> None:
+    """Under -n, Ctrl-C reaches the controller and every worker (one process group); the
+    workers' runs are not known to the controller, which still says that finished examples
+    are kept and how to go on."""
+    project.add("alpha", n=N, extra_yaml=SLOW)
+    project.server.configure(delay=0.05)
+    output = project.pytester.path / "terminal.txt"
+    with output.open("wb") as terminal:
+        process = subprocess.Popen(
+            [sys.executable, "-c", AS_AT_A_TERMINAL, *project.args("-n", "1")],
+            cwd=project.pytester.path,
+            stdout=terminal,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        checkpoint = wait_for_checkpoint_lines(project, "alpha", N // 3)
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        assert process.wait(60) == pytest.ExitCode.INTERRUPTED
+    kept = intact_records(checkpoint)
+    assert N // 3 <= kept < N
+    lines = output.read_text().splitlines()
+    assert lines[-2:] == [
+        "examples finished before the interruption are kept in their runs "
+        "(pytest-modal-eval runs lists them)",
+        "run the same command to continue: "
+        f"pytest --model test-model --base-url {project.server.base_url} -n 1",
+    ], lines[-12:]

@@ -110,11 +110,12 @@ def deploy(
     it. Apply changed scaling settings by deploying again.
     """
     from pytest_modal_eval.cli.common import project_redactor, resolve_output_dir, say
+    from pytest_modal_eval.config.locations import server_logs_dir
     from pytest_modal_eval.exceptions import ServingError
     from pytest_modal_eval.serving.modal.backend import ModalServer
 
     spec = deploy_spec(model, benchmark_path, _parse_overrides(overrides), warm=warm)
-    logs = resolve_output_dir(output_dir) / "logs" / f"modal-{spec.profile.key()}"
+    logs = server_logs_dir(resolve_output_dir(output_dir)) / f"modal-{spec.profile.key()}"
     server = ModalServer(
         spec.profile,
         logs_dir=logs,

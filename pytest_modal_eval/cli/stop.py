@@ -80,7 +80,7 @@ def stop_apps(
     """List this tool's apps (one model's, or one benchmark's, when given) and stop them."""
     # Here, not at the top: ending sandboxes needs neither the app definition nor its listing.
     from pytest_modal_eval.cli.modal_apps import modal_apps
-    from pytest_modal_eval.serving.modal.app import tag_value
+    from pytest_modal_eval.serving.modal.app import model_tag
 
     apps = modal_apps(ctx)
     try:
@@ -91,7 +91,7 @@ def stop_apps(
             name = deploy_spec(model, benchmark_path, overrides).app_name()
             chosen = [r for r in ours if r.name == name]
         elif model:
-            chosen = [r for r in ours if r.tags.get("model") == tag_value(model)]
+            chosen = [r for r in ours if r.tags.get("model") == model_tag(model)]
         else:
             chosen = ours
         if not chosen:

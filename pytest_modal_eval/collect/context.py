@@ -1,4 +1,4 @@
-"""What the items of one process share: settings, the redactor, endpoints, identities (kept in
+"""What the items of one process share: settings, the redactor, endpoints (kept in
 ``config.stash``; the hooks that drive it are in :mod:`pytest_modal_eval.session`)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pytest_modal_eval.serving.endpoint_check import EndpointChecker
 if TYPE_CHECKING:
     from typing import Any
 
-    from pytest_modal_eval.runs.identity import ModelIdentity
+    from pytest_modal_eval.runs.identity import ServedModel
     from pytest_modal_eval.serving.endpoint import ServerRequest
 
 
@@ -33,9 +33,6 @@ class EvalContext:
     # Where the reference model's items leave their results for the other models' items (see
     # gate/reference.py); shared by the controller and its xdist workers, created on first use.
     references_dir: Path | None = None
-    # Model identities found this session (runs.identity), by what they depend on: the Hub is
-    # asked and a directory hashed once per process, not once per benchmark.
-    identities: dict[str, ModelIdentity] = field(default_factory=dict)
     # Who evaluates, as a run's lock records it (runs.writer_lock): the session's id (xdist's
     # testrunuid under -n, so workers share it) and this process's worker id.
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -47,18 +44,6 @@ class EvalContext:
     # Every secret value this process holds, for everything it writes, prints or shares; it
     # learns each benchmark's secret env_args as the benchmark is collected.
     redactor: Redactor = field(default_factory=Redactor)
-
-    def model_identity(self, request: ServerRequest) -> ModelIdentity:
-        """Which weights answer ``request`` (``runs.identity.model_identity``), found once per
-        process and model."""
-        from pytest_modal_eval.runs.identity import model_identity
-
-        def served(request: ServerRequest) -> tuple[dict[str, Any] | None, str | None]:
-            info = endpoint_source(self.config).endpoint_for(request)
-            return self.checker.served_model(info.endpoint, info.check_timeout)
-
-        cache = getattr(self.config, "cache", None)
-        return model_identity(request, self.identities, served, cache)
 
 
 def session_redactor(settings: Settings) -> Redactor:
@@ -77,3 +62,15 @@ SOURCE_KEY = pytest.StashKey["Deployments | BrokerClient"]()
 
 def endpoint_source(config: pytest.Config) -> Deployments | BrokerClient:
     return config.stash[SOURCE_KEY]
+
+
+def served_model(context: EvalContext) -> ServedModel:
+    """What the endpoint a ``--base-url`` request goes to says it serves (its ``/models``
+    entry, checked once per endpoint by the process's checker), asked where this process asks
+    for endpoints: for ``runs.identity.ModelIdentities``."""
+
+    def served(request: ServerRequest) -> tuple[dict[str, Any] | None, str | None]:
+        info = endpoint_source(context.config).endpoint_for(request)
+        return context.checker.served_model(info.endpoint, info.check_timeout)
+
+    return served

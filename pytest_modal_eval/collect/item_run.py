@@ -51,7 +51,12 @@ from pytest_modal_eval.report.progress import example_fields
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.early_stop import describe as describe_early_stop
 from pytest_modal_eval.runs.evaluation import BenchmarkRun
-from pytest_modal_eval.runs.identity import ModelIdentity, pin_revision, served_revision_problem
+from pytest_modal_eval.runs.identity import (
+    ModelIdentities,
+    ModelIdentity,
+    pin_revision,
+    served_revision_problem,
+)
 from pytest_modal_eval.runs.outcome import ExampleResult, RunOutcome
 from pytest_modal_eval.runs.request import RunRequest
 from pytest_modal_eval.runs.writer_lock import WriterSpec
@@ -74,9 +79,10 @@ PREPARED_KEY = pytest.StashKey[Prepared]()
 log = logging.getLogger("pytest_modal_eval")
 
 
-def prepare(session: EvalContext, item: BenchmarkItem) -> None:
-    """Runs in the item's setup (on the process running it): checks, the environment, then the
-    endpoint, unless every selected example is already finished (then no server is started)."""
+def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentities) -> None:
+    """Runs in the item's setup (on the process running it): checks, the environment, the
+    model's identity (``identities``, the process's), then the endpoint, unless every selected
+    example is already finished (then no server is started)."""
     settings = session.settings
     if not item.model:
         raise EvalProblem(
@@ -95,7 +101,7 @@ def prepare(session: EvalContext, item: BenchmarkItem) -> None:
         early_comparisons(session, item, stored) if config.gate.early_stop else ((), None)
     )
     try:
-        identity = session.model_identity(request)
+        identity = identities.of(request)
     except EndpointError as exc:  # the endpoint serves another model: nothing to reuse either
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     run_request = RunRequest(

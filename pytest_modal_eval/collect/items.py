@@ -17,8 +17,8 @@ import pytest
 
 from pytest_modal_eval.collect.context import CONTEXT_KEY
 from pytest_modal_eval.exceptions import EvalProblem
+from pytest_modal_eval.model_names import model_label
 from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, MODEL_PROPERTY
-from pytest_modal_eval.runs.identity import model_label
 from pytest_modal_eval.serving.endpoint import ServerRequest
 from pytest_modal_eval.terminal_text import escape
 

@@ -1,5 +1,5 @@
-"""A model's identity and names: the weights' identity in the answer key, the label in test
-ids and the slug in run directories' names.
+"""A model's identity: which weights answer, as the answer key holds it (a model's names are
+``model_names.py``'s).
 
 A finished run is reused when its answer key matches, and the model's *name* does not say
 which weights answer: a checkpoint directory is overwritten, a Hub id gets a new commit, a
@@ -261,92 +261,44 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:200] if text else ""
 
 
-# --- names ---------------------------------------------------------------------------------
-# A model id has one spelling for people and paths, its label (test ids, `runs --model`). A run
-# directory's name puts before it what kind of name it is (`local--` a directory, `default--` an
-# id without an organisation), so that `org/x` and a directory named `x` never share runs.
-
-
-def model_label(model: str) -> str:
-    """The model's one spelling for people and paths: ``Qwen/Qwen3-8B`` -> ``Qwen--Qwen3-8B``;
-    ``./ckpt/step-100/`` -> ``step-100``. Only letters, digits, ``.``, ``_`` and ``-``: it goes
-    into test ids (where ``[`` or ``::`` would break ``--lf``) and directory names."""
-    path = Path(model).expanduser()
-    text = path.name if path.is_dir() else "--".join(p for p in model.split("/") if p)
-    return re.sub(r"[^A-Za-z0-9._-]", "-", text) or "model"
-
-
-def model_slug(model: str) -> str:
-    """The model's part of a run directory's name: its :func:`model_label`, after the kind of
-    name it is: ``org/name`` -> ``org--name``; ``name`` -> ``default--name``; a local directory
-    -> ``local--dirname`` (named by the directory a symlink points to, so a renamed link keeps
-    its runs)."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return f"local--{model_label(str(path.resolve()))}"
-    if len([p for p in model.split("/") if p]) > 1:
-        return model_label(model)
-    return f"default--{model_label(model)}"
-
-
-def legacy_model_slug(model: str) -> str:
-    """The run-directory slug of runs made before the slug was spelled from the label. It
-    differs from :func:`model_slug` only for ids with characters the label replaces (a space,
-    ``~`` not expanded, ...); such a model's existing runs are found under this name."""
-    path = Path(model)
-    if path.is_dir():
-        return f"local--{path.resolve().name}"
-    parts = [p for p in model.strip("/").split("/") if p]
-    return "--".join(parts) if len(parts) > 1 else f"default--{parts[0]}"
-
-
-def model_run_dir(output_dir: Path, benchmark: str, model: str) -> tuple[str, Path]:
-    """The slug and directory holding a benchmark's runs with ``model``: the slug's, unless only
-    the plain spelling's directory exists (``legacy_model_slug``: its runs stay resumable)."""
-    # Here: test ids import this module at collection, and the run layout brings pydantic.
-    from pytest_modal_eval.runs.paths import benchmark_dir
-
-    slug = model_slug(model)
-    found = benchmark_dir(output_dir, benchmark, slug)
-    legacy = legacy_model_slug(model)
-    if legacy != slug and not found.exists():
-        old = benchmark_dir(output_dir, benchmark, legacy)
-        if old.is_dir():
-            return legacy, old
-    return slug, found
-
-
 # --- one request's model ---------------------------------------------------------------------
 
 #: What a ``--base-url`` endpoint says it serves: its ``/v1/models`` entry, or why there is none.
 ServedModel = Callable[["ServerRequest"], tuple[dict[str, Any] | None, str | None]]
 
 
-def model_identity(
-    request: ServerRequest,
-    found: dict[str, ModelIdentity],
-    served: ServedModel,
-    cache: Any,
-) -> ModelIdentity:
-    """Which weights answer ``request``, looked up once per process and model (``found`` keeps
-    them): what a ``--base-url`` endpoint says it serves (``served``), a local directory's
-    content digest (fingerprints kept in pytest's ``cache``), or the commit the Hub resolves the
-    id (and ``vllm.revision``) to now."""
-    revision = request.vllm.get("revision")
-    memo = json.dumps([request.backend, request.model, revision, request.base_url])
-    if memo not in found:
-        if backend(request.backend).takes_base_url:
-            identity = served_identity(*served(request))
-        elif Path(request.model).expanduser().is_dir():
-            identity = local_identity(Path(request.model).expanduser(), FingerprintStore(cache))
-        else:
-            # A vLLM on this machine loads the local Hugging Face cache when the Hub cannot be
-            # asked, so there the cached commit is what answers.
-            identity = hub_identity(
-                request.model, revision, cache_serves=backend(request.backend).runs_here
-            )
-        found[memo] = identity
-    return found[memo]
+class ModelIdentities:
+    """Which weights answer each request, found once per process and model: the Hub is asked
+    and a directory hashed once per process, not once per benchmark. One per process, owned by
+    its worker session (``session/worker.py``); the benchmark items and ``eval_endpoint`` ask it.
+
+    ``served``: what a ``--base-url`` endpoint says it serves; ``cache``: pytest's cache, where
+    local directories' fingerprints are kept (None: every process hashes)."""
+
+    def __init__(self, served: ServedModel, cache: Any) -> None:
+        self._served = served
+        self._fingerprints = FingerprintStore(cache)
+        self._found: dict[str, ModelIdentity] = {}
+
+    def of(self, request: ServerRequest) -> ModelIdentity:
+        """What a ``--base-url`` endpoint says it serves, a local directory's content digest,
+        or the commit the Hub resolves the id (and ``vllm.revision``) to now."""
+        revision = request.vllm.get("revision")
+        memo = json.dumps([request.backend, request.model, revision, request.base_url])
+        if memo not in self._found:
+            self._found[memo] = self._look_up(request, revision)
+        return self._found[memo]
+
+    def _look_up(self, request: ServerRequest, revision: str | None) -> ModelIdentity:
+        spec = backend(request.backend)
+        if spec.takes_base_url:
+            return served_identity(*self._served(request))
+        path = Path(request.model).expanduser()
+        if path.is_dir():
+            return local_identity(path, self._fingerprints)
+        # A vLLM on this machine loads the local Hugging Face cache when the Hub cannot be
+        # asked, so there the cached commit is what answers.
+        return hub_identity(request.model, revision, cache_serves=spec.runs_here)
 
 
 def pin_revision(request: ServerRequest, identity: ModelIdentity) -> ServerRequest:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pytest_modal_eval.exceptions import RunFileError
-from pytest_modal_eval.runs.identity import legacy_model_slug, model_label, model_slug
+from pytest_modal_eval.model_names import legacy_model_slug, model_label, model_slug
 from pytest_modal_eval.runs.paths import RUN_CONFIG, RunListing, RunPaths, read_listing
 
 #: The fix every "no such run" message gives: where a user finds a run's id and directory.

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_modal_eval.exceptions import RunFileError
+from pytest_modal_eval.model_names import legacy_model_slug, model_slug
 from pytest_modal_eval.runs import reader
 
 RUN_CONFIG = "run_config.json"
@@ -300,9 +301,23 @@ def _float(value: object) -> float | None:
     return float(value)
 
 
-def benchmark_dir(output_dir: Path, benchmark: str, model_slug: str) -> Path:
-    """The directory holding every run of one benchmark with one model."""
-    return output_dir / f"{benchmark}--{model_slug}"
+def benchmark_dir(output_dir: Path, benchmark: str, slug: str) -> Path:
+    """The directory holding every run of one benchmark with one model (``slug``: the model's
+    ``model_names.model_slug``)."""
+    return output_dir / f"{benchmark}--{slug}"
+
+
+def model_run_dir(output_dir: Path, benchmark: str, model: str) -> tuple[str, Path]:
+    """The slug and directory holding a benchmark's runs with ``model``: the slug's, unless only
+    the plain spelling's directory exists (``legacy_model_slug``: its runs stay resumable)."""
+    slug = model_slug(model)
+    found = benchmark_dir(output_dir, benchmark, slug)
+    legacy = legacy_model_slug(model)
+    if legacy != slug and not found.exists():
+        old = benchmark_dir(output_dir, benchmark, legacy)
+        if old.is_dir():
+            return legacy, old
+    return slug, found
 
 
 def choosing_lock(benchmark_dir: Path) -> Path:

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.runs.answer_key import answer_fields, canonical_hash, differing_fields
-from pytest_modal_eval.runs.identity import describe_change, describe_weights, model_run_dir
+from pytest_modal_eval.runs.identity import describe_change, describe_weights
 from pytest_modal_eval.runs.locate import runs_in
-from pytest_modal_eval.runs.paths import RunPaths
+from pytest_modal_eval.runs.paths import RunPaths, model_run_dir
 from pytest_modal_eval.runs.run_files import (
     link_server_logs,
     other_verifiers_api,

@@ -136,7 +136,7 @@ class ControllerSession:
         result = yield
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if exitstatus == pytest.ExitCode.INTERRUPTED and reporter is not None:
-            self.notice.write(reporter)
+            self.notice.write(reporter, workers=self.broker is not None)
         return result
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_modal_eval.collect.example_reports import ExampleStatusWords, PassedExampleReports
 from pytest_modal_eval.collect.server_plan import ENDPOINT_FIXTURE, ServerPlan
+from pytest_modal_eval.model_names import model_label
 from pytest_modal_eval.report.redaction import RedactedOutput
-from pytest_modal_eval.runs.identity import model_label
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.runs.identity import ModelIdentities
 
 #: The name :class:`WorkerSession` is registered under.
 WORKER_PLUGIN = "modal_eval_worker"
@@ -33,11 +36,15 @@ class WorkerSession:
         models: tuple[str, ...],
         redaction: RedactedOutput,
         plan: ServerPlan,
+        identities: ModelIdentities,
     ) -> None:
         self.config = config
         self.models = models
         self.redaction = redaction
         self.plan = plan
+        # Which weights answer each model, found once in this process: the benchmark items
+        # (through plugin.DeferredRunner) and eval_endpoint ask it.
+        self.identities = identities
         self.status_words = ExampleStatusWords()
         self.passed_reports = PassedExampleReports(config)
 

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 import modal
 
+from pytest_modal_eval.model_names import model_label
 from pytest_modal_eval.serving.chat_template import (
     FallbackTemplate,
     load_fallback,
@@ -143,7 +144,7 @@ class DeploySpec:
         profile = self.profile
         return {
             CREATED_BY_TAG: CREATED_BY,
-            "model": tag_value(profile.model),
+            "model": model_tag(profile.model),
             "gpu": tag_value(profile.infra.gpu),
             "tp": str(profile.vllm.tensor_parallel_size),
             "dp": str(profile.vllm.data_parallel_size),
@@ -151,8 +152,16 @@ class DeploySpec:
 
 
 def tag_value(text: str) -> str:
-    """Modal tags allow 63 characters of [A-Za-z0-9._-]: ``org/name`` -> ``org--name``."""
+    """``text`` as a Modal tag's value, which allows 63 characters of [A-Za-z0-9._-]:
+    ``H100:2`` -> ``H100x2``."""
     return re.sub(r"[^A-Za-z0-9._-]", "-", text.replace("/", "--").replace(":", "x"))[:63]
+
+
+def model_tag(model: str) -> str:
+    """The ``model`` tag of the app serving ``model`` (what ``status`` shows and ``stop -m``
+    matches): the model's label (``model_names.model_label``, a Hub id's, since a Modal
+    container cannot load a local directory), as a tag's value."""
+    return tag_value(model_label(model))
 
 
 def vllm_image() -> modal.Image:
