@@ -321,6 +321,13 @@ def test_detectable_drop_of_paired_t_matches_a_simulation(n: int, sd: float) -> 
     assert simulated == pytest.approx(0.8, abs=0.012)
 
 
+def test_detectable_drop_of_a_huge_spread_is_found() -> None:
+    # Drops beyond ~8.6e9 have neighbouring floats further apart than 1e-6: the search for the
+    # smallest one ends all the same, and the paired t-test's detectable drop scales with sd.
+    drop = power.detectable_drop_t(20, 1e11, 0.05)
+    assert drop == pytest.approx(power.detectable_drop_t(20, 1.0, 0.05) * 1e11, rel=1e-5)
+
+
 def test_too_few_examples_detect_nothing() -> None:
     # Exact McNemar at alpha 0.05 needs 5 flips down and none up: 3 examples never get there.
     assert math.isnan(power.detectable_drop_mcnemar(3, 0.0, 0.05))
@@ -416,6 +423,20 @@ def test_compare_stored_runs_exit_status_and_json(project: BenchmarkProject) -> 
     # Tolerating the whole drop, or comparing the other way round: no failure.
     assert _compare(run_a, run_b, "--max-drop", "0.5")[0] == 0
     assert _compare(run_b, run_a)[0] == 0
+
+
+def test_compare_ends_on_a_run_with_a_huge_reward(project: BenchmarkProject) -> None:
+    run_a, run_b = _stored_runs(project, 0.9, 0.9)
+    results = Path(run_b) / "results.jsonl"
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    records[0]["reward"] = 1e30
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    status, out = _compare(run_a, run_b, "--json")
+    assert status == 0, out
+    c = json.loads(out)["comparison"]
+    assert c["test"] == "paired-t" and not c["regressed"]
+    assert c["diff"] == pytest.approx(1e30 / N, rel=1e-6)
+    assert c["detectable_drop"] > 1e27  # the spread of the differences is ~7e28
 
 
 def test_compare_warns_about_max_drop_only_when_given(project: BenchmarkProject) -> None:

@@ -84,3 +84,22 @@ def test_an_interrupted_run_lists_the_evaluation_time_it_recorded(
     )
     assert listing["state"].startswith("incomplete")
     assert listing["eval_s"] == round(recorded, 3)
+
+
+def test_a_session_that_only_reports_a_run_says_its_server_time_is_the_runs(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=2)
+    first = project.run("-p", "no:randomly")
+    first.assert_outcomes(passed=1)
+    [run_dir] = project.run_dirs("alpha")
+    serving = metadata(run_dir)["serving"]
+    assert isinstance(serving, dict)
+    times = f"start-up {serving['server_startup_s']:.1f}s, {serving['server_s']:.1f}s in use"
+    first.stdout.fnmatch_lines([f"alpha (test-model): server: {times}"])
+    again = project.run("-p", "no:randomly")
+    again.assert_outcomes(passed=1)
+    # Nothing evaluated, no server used: the figures are the run's record, and say so.
+    again.stdout.fnmatch_lines(
+        [f"alpha (test-model): server: none this session; the run recorded {times}"]
+    )

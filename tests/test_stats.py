@@ -522,7 +522,84 @@ def test_improvement_never_regresses_and_max_drop_tolerates_small_drops() -> Non
         base, run, baseline_binary_single=True, run_binary_single=True, max_drop=0.15
     )
     assert strict.regressed and not lenient.regressed
-    assert strict.p_value == lenient.p_value
+    # p is against the tolerated drop: a 0.1 drop is no evidence of one larger than 0.15.
+    assert strict.p_value < 0.05 and lenient.p_value > 0.5
+
+
+def test_a_drop_beyond_max_drop_by_its_point_estimate_but_not_its_interval_passes() -> None:
+    # 400 examples, 30 flips down and 6 up: diff -0.060, 90% interval about [-0.086, -0.036].
+    base, run = _binary_pair(b=30, c=6, both=200, neither=164)
+    plain = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
+    assert plain.diff == pytest.approx(-0.06) and plain.regressed
+    assert plain.p_value == pytest.approx(_statsmodels_one_sided(30, 6, 200, 164))
+    assert plain.diff_ci_low == pytest.approx(-0.086, abs=5e-4)
+    assert plain.diff_ci_high == pytest.approx(-0.036, abs=5e-4)
+    tolerant = compare_paired(
+        base, run, baseline_binary_single=True, run_binary_single=True, max_drop=0.05
+    )
+    # The interval allows drops under the 0.05 tolerated: no regression, p against the margin.
+    assert (tolerant.diff_ci_low, tolerant.diff_ci_high) == (plain.diff_ci_low, plain.diff_ci_high)
+    assert not tolerant.regressed and tolerant.p_value > 0.05
+    # A margin the interval's upper end lies below is a regression again.
+    tighter = compare_paired(
+        base, run, baseline_binary_single=True, run_binary_single=True, max_drop=0.03
+    )
+    assert tighter.regressed and tighter.p_value < 0.05
+
+
+@pytest.mark.parametrize("max_drop", [0.0, 0.01, 0.04, 0.1])
+def test_mcnemar_against_a_margin_agrees_with_its_interval_and_the_exact_binomial(
+    max_drop: float,
+) -> None:
+    for b, c, n in [(30, 6, 400), (12, 2, 60), (9, 0, 30), (40, 25, 300), (3, 3, 20)]:
+        both = (n - b - c) // 2
+        base, run = _binary_pair(b=b, c=c, both=both, neither=n - b - c - both)
+        for alpha in (0.05, 0.1):
+            cmp = compare_paired(
+                base,
+                run,
+                baseline_binary_single=True,
+                run_binary_single=True,
+                alpha=alpha,
+                max_drop=max_drop,
+            )
+            assert cmp.regressed == (cmp.diff_ci_high < -max_drop), (b, c, n, alpha)
+            assert cmp.regressed == (cmp.p_value < alpha)
+            # Never below the exact conditional test at the margin: down ~ Binomial(d, t0).
+            t0 = (1 + n * max_drop / (b + c)) / 2
+            exact = sps.binomtest(b, b + c, t0, alternative="greater").pvalue if t0 < 1 else 1.0
+            assert cmp.p_value >= exact - 1e-12
+
+
+@pytest.mark.parametrize("max_drop", [0.0, 0.05, 0.2])
+def test_paired_t_against_a_margin_is_the_shifted_t_test(max_drop: float) -> None:
+    rng = np.random.default_rng(5)
+    for n in (8, 40, 200):
+        base = rng.uniform(0, 1, n)
+        run = np.clip(base + rng.normal(-0.1, 0.25, n), 0, 1)
+        cmp = compare_paired(
+            {str(i): float(x) for i, x in enumerate(base)},
+            {str(i): float(x) for i, x in enumerate(run)},
+            baseline_binary_single=False,
+            run_binary_single=False,
+            max_drop=max_drop,
+        )
+        expected = sps.ttest_1samp(run - base + max_drop, 0.0, alternative="less").pvalue
+        assert cmp.p_value == pytest.approx(expected, rel=1e-9)
+        assert cmp.regressed == (cmp.diff_ci_high < -max_drop) == (cmp.p_value < 0.05)
+
+
+def test_a_uniform_drop_against_a_margin() -> None:
+    # Every one of 30 examples drops by 0.3 of [0, 1]: p = ((1 + m) / 1.3)^30 against margin m.
+    base = {str(i): 0.8 for i in range(30)}
+    run = {str(i): 0.5 for i in range(30)}
+    for max_drop, regressed in ((0.0, True), (0.1, True), (0.2, False), (0.3, False)):
+        cmp = compare_paired(
+            base, run, baseline_binary_single=False, run_binary_single=False, max_drop=max_drop
+        )
+        expected = ((1 + max_drop) / 1.3) ** 30 if max_drop < 0.3 else 1.0
+        assert cmp.p_value == pytest.approx(expected, rel=1e-9)
+        assert cmp.regressed == regressed == (cmp.diff_ci_high < -max_drop)
 
 
 def test_bad_alpha_and_max_drop_are_errors() -> None:

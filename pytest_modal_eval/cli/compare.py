@@ -73,10 +73,11 @@ def compare(
 ) -> None:
     """Compare RUN_B with RUN_A (runs of one benchmark: run ids or directories) on the examples
     both finished: difference in mean reward with its interval (two-sided at 1 - 2 alpha, so that
-    it lies below 0 exactly when the drop is significant), the one-sided p-value of the paired
-    test (exact McNemar for one 0/1 rollout per example, a paired t-test over per-example means
-    otherwise), the examples that flipped each way, and the smallest drop the test detects
-    with 80% power. Exit status 1 when RUN_B is significantly worse by more than --max-drop."""
+    it lies below -max-drop exactly when the drop is significantly larger than --max-drop), the
+    one-sided p-value of the paired test against that drop (exact McNemar for one 0/1 rollout
+    per example, a paired t-test over per-example means otherwise), the examples that flipped
+    each way, and the smallest drop the test detects with 80% power. Exit status 1 when RUN_B
+    is significantly worse by more than --max-drop."""
     from pytest_modal_eval.gate.verdict import reference_figures, undetectable_warning
     from pytest_modal_eval.stats.format import describe_comparison
     from pytest_modal_eval.stats.summary import compare_paired

@@ -19,6 +19,8 @@ PROPERTY_PREFIX = "modal_eval_"
 BENCHMARK_PROPERTY = f"{PROPERTY_PREFIX}benchmark"
 #: Set with it: the item's model, for the same row.
 MODEL_PROPERTY = f"{PROPERTY_PREFIX}model"
+# Present when the item's server figures are the run's record from an earlier session.
+SERVER_RECORDED_PROPERTY = f"{PROPERTY_PREFIX}server_recorded"
 #: The value of a figure that is undefined (the standard error of one example): what the
 #: summary shows, where metadata.json has null.
 UNDEFINED = "n/a"
@@ -106,6 +108,8 @@ def record_properties(
             ("reference_missed_to_solved", ",".join(c.missed_to_solved)),
             ("reference_detectable_drop", _num(c.detectable_drop)),
         ]
+    if serving and not outcome.server_used:
+        props.append((SERVER_RECORDED_PROPERTY, "true"))
     for warning in verdict.warnings:
         props.append((f"{PROPERTY_PREFIX}warning", warning))
     item.user_properties.extend(props)

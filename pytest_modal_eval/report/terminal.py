@@ -11,6 +11,7 @@ from pytest_modal_eval.report.junit import (
     MODEL_PROPERTY,
     PROPERTY_PREFIX,
     SEAT_FIGURES,
+    SERVER_RECORDED_PROPERTY,
 )
 from pytest_modal_eval.stats.format import ci_label, fmt_any, fmt_interval
 from pytest_modal_eval.terminal_text import escape
@@ -201,9 +202,14 @@ class _Escaping:
 
 
 def _serving_line(row: dict[str, Any]) -> str:
-    text = (
-        f"server: start-up {float(row.get('server_startup_s', 0)):.1f}s, "
+    times = (
+        f"start-up {float(row.get('server_startup_s', 0)):.1f}s, "
         f"{float(row['server_s']):.1f}s in use"
+    )
+    # A session that only reported a finished run used no server: the figures are the run's.
+    recorded = row.get(SERVER_RECORDED_PROPERTY)
+    text = (
+        f"server: none this session; the run recorded {times}" if recorded else f"server: {times}"
     )
     if row.get("gpu_hours") is not None:
         text += f"; {float(row['gpu_hours']):.4f} GPU-hours ({row.get('gpu')})"

@@ -32,7 +32,7 @@ the same way, on the per-example difference ``run - other`` (mapped onto [0, 1] 
 :func:`~pytest_modal_eval.stats.confidence_sequence.paired_difference`) over the examples both
 score: "no regression" once the difference's sequence lies at or above ``-max_drop``,
 "regressed" once it lies entirely below. The full run calls a comparison regressed when its one
-sided test is significant and the mean difference is below ``-max_drop``: a test of the models,
+sided test against the margin ``-max_drop`` is significant: a test of the models,
 the examples a sample of what they meet, not a statement about this exact set. So the
 difference's sequence is the one *with* replacement (it does not close on this set's exact
 difference at the last example, which would call any difference below ``-max_drop`` a

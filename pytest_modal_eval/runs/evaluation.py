@@ -343,7 +343,7 @@ class BenchmarkRun:
             )
             outcome.serving = used.to_json(request.gpu_prices)
         else:  # only reported: the server time it recorded stays
-            outcome.serving = recorded.serving
+            outcome.serving, outcome.server_used = recorded.serving, False
         outcome.answer_hash = answer_hash
         if early is not None and early.decided:
             # Examples never sent are not errors: only those that were sent and failed are.

@@ -59,6 +59,9 @@ class RunOutcome:
     # Server start-up and time used, and on Modal GPU-hours and cost (see serving.costs);
     # None when no server was asked for.
     serving: dict[str, Any] | None = None
+    # False when this session used no server (it only reported a finished run): ``serving``
+    # is then what the run recorded when it was evaluated.
+    server_used: bool = True
     # gate.early_stop: the decision that stopped the run (None: it ran to the end), and what
     # metadata.json says of it (None: early stop was not asked for).
     early_decision: Decision | None = None

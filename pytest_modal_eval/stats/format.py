@@ -84,7 +84,7 @@ def describe_comparison(
         f"examples: diff {c.diff:+.3f} ({ci_label(c.confidence)} "
         f"[{fmt(c.diff_ci_low)}, {fmt(c.diff_ci_high)}]), "
         f"one-sided p = {fmt(c.p_value, 4)} ({c.test}; alpha {c.alpha:g}, "
-        f"max_drop {c.max_drop:g}); {describe_detectable(c)}"
+        f"max_drop {c.max_drop:g}{_against(c)}); {describe_detectable(c)}"
     ]
     for label, ids in (
         ("solved -> missed", c.solved_to_missed),
@@ -95,6 +95,11 @@ def describe_comparison(
             more = f" and {len(ids) - FLIPS_SHOWN} more" if len(ids) > FLIPS_SHOWN else ""
             lines.append(f"{label} ({len(ids)}): {shown}{more}")
     return lines
+
+
+def _against(c: PairedComparison) -> str:
+    """What p is tested against when a drop is tolerated: that drop, not no difference."""
+    return f", p against a drop of {c.max_drop:g}" if c.max_drop > 0 else ""
 
 
 def describe_detectable(c: PairedComparison) -> str:

@@ -31,6 +31,12 @@ POWER = 0.8
 """The power at which the detectable drop is stated."""
 
 _TOLERANCE = 1e-6
+"""How close the bisection gets to the smallest detectable drop, relative to its scale (at
+least 1): an absolute step would stall once adjacent floats lie further apart than it."""
+
+_MAX_STEPS = 200
+"""Bisection steps at most: each halves the bracket, so ~50 reach float resolution from any
+start; the cap ends the search even if the bracket cannot shrink further."""
 
 
 def mcnemar_power(n: int, p_down: float, p_up: float, alpha: float) -> float:
@@ -122,7 +128,9 @@ def _smallest(power_at: Callable[[float], float], high: float, power: float) -> 
     if power_at(high) < power:
         return math.nan
     low = 0.0
-    while high - low > _TOLERANCE:
+    for _ in range(_MAX_STEPS):
+        if high - low <= _TOLERANCE * max(1.0, high):
+            break
         middle = (low + high) / 2
         if power_at(middle) >= power:
             high = middle

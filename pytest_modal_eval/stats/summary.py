@@ -438,55 +438,88 @@ def _is_binary(values: FloatArray) -> bool:
     return bool(np.all((values == 0.0) | (values == 1.0)))
 
 
-def _mcnemar_p(n_solved_to_missed: int, n_missed_to_solved: int) -> float:
-    # Exact McNemar: under H0 each discordant pair is equally likely to go either way, so the
-    # count of solved->missed among them is Binomial(b + c, 1/2); "worse" means that count is high.
+def _mcnemar_p(n_solved_to_missed: int, n_missed_to_solved: int, n: int, margin: float) -> float:
+    """Exact conditional test of H0: difference >= -``margin`` over ``n`` pairs. Given the d
+    discordant pairs the difference is (d / n)(1 - 2 t), t the share of them going down, so H0
+    is t <= t0 = (1 + n margin / d) / 2 and the p-value is P(X >= down), X ~ Binomial(d, t0):
+    exact McNemar at margin 0 (t0 = 1/2). It is below alpha exactly when the Clopper-Pearson
+    inversion (:func:`_exact_paired_interval`) at 1 - 2 alpha lies below -``margin``."""
     discordant = n_solved_to_missed + n_missed_to_solved
     if discordant == 0:
         return 1.0
     if n_solved_to_missed == 0:
         return 1.0
-    # P(X >= b) = P(X > b - 1) for X ~ Binomial(b + c, 1/2).
-    return float(special.bdtrc(n_solved_to_missed - 1, discordant, 0.5))
+    share = (1.0 + n * margin / discordant) / 2 if margin > 0.0 else 0.5
+    if share >= 1.0:  # even every discordant pair going down is no larger drop than the margin
+        return 1.0
+    # P(X >= b) = P(X > b - 1) for X ~ Binomial(d, t0).
+    return float(special.bdtrc(n_solved_to_missed - 1, discordant, share))
+
+
+def _tango_p(down: int, up: int, n: int, margin: float) -> float:
+    """Tango's score test of H0: difference >= -``margin`` (one-sided, lower tail), the test
+    :func:`_tango_interval` inverts: below alpha exactly when that interval at 1 - 2 alpha
+    lies below -``margin``."""
+    if margin >= 1.0:
+        return 1.0
+    gap, var = _tango_score(down, up, n, -margin)
+    if var <= 0.0:
+        return 0.0 if gap < 0.0 else 1.0
+    return float(special.ndtr(gap / math.sqrt(var)))
 
 
 def _paired_t(
-    run: FloatArray, base: FloatArray, width: float, confidence: float
+    run: FloatArray, base: FloatArray, width: float, confidence: float, margin: float
 ) -> tuple[float, float, float]:
-    """One-sided p (H1: run < base) and the two-sided ``confidence`` interval of
-    mean(run - base), within [-width, width] (``width``: the reward range's length)."""
+    """One-sided p (H0: mean(run - base) >= -``margin``) and the two-sided ``confidence``
+    interval of mean(run - base), within [-width, width] (``width``: the reward range's
+    length)."""
     diffs = run - base
     n = len(diffs)
     if n == 1:
         return math.nan, math.nan, math.nan
     if _is_constant(diffs):
-        return _uniform_shift(float(np.mean(diffs)), n, width, confidence)
-    # The paired t statistic's lower tail is the one-sided p; the interval is two-sided.
+        return _uniform_shift(float(np.mean(diffs)), n, width, confidence, margin)
+    # The lower tail of the t statistic of the mean shifted by the margin is the one-sided p;
+    # the interval is two-sided.
     df = n - 1
     mean, stderr = float(np.mean(diffs)), _sem(diffs)
     half = _t_quantile(confidence, df) * stderr
     low, high = max(mean - half, -width), min(mean + half, width)
-    return float(special.stdtr(df, mean / stderr)), low, high
+    return float(special.stdtr(df, (mean + margin) / stderr)), low, high
 
 
 def _uniform_shift(
-    shift: float, n: int, width: float, confidence: float
+    shift: float, n: int, width: float, confidence: float, margin: float
 ) -> tuple[float, float, float]:
-    """One-sided p and two-sided interval of the mean difference when each of the ``n``
-    differences is ``shift``, differences lying within [-width, width].
+    """One-sided p (H0: mean difference >= -``margin``) and two-sided interval of the mean
+    difference when each of the ``n`` differences is ``shift``, differences lying within
+    [-width, width].
 
-    The mean can be 0 or more only if some share of all examples differs from ``shift``, by at
-    most up to ``width``: at least pi0 = -shift / (width - shift) of them. None of ``n`` doing
-    so has probability (1 - pi0)^n, the exact binomial p. The share that may differ unseen is
-    at most 1 - ((1 - confidence) / 2)^(1 / n), the Clopper-Pearson upper end for 0 of n (at
-    confidence 1 - 2 alpha the interval leaves out 0 exactly when p < alpha); it may move to
-    -width or to +width, which gives the interval's ends.
+    The mean can be -margin or more only if some share of all examples differs from ``shift``,
+    by at most up to ``width``: at least pi0 = (-margin - shift) / (width - shift) of them.
+    None of ``n`` doing so has probability (1 - pi0)^n, the exact binomial p. The share that
+    may differ unseen is at most 1 - ((1 - confidence) / 2)^(1 / n), the Clopper-Pearson upper
+    end for 0 of n (at confidence 1 - 2 alpha the interval lies below -margin exactly when
+    p < alpha); it may move to -width or to +width, which gives the interval's ends.
     """
-    p = (width / (width - shift)) ** n if shift < 0.0 else 1.0
+    p = ((width + margin) / (width - shift)) ** n if shift < -margin else 1.0
     unseen = -math.expm1(math.log((1.0 - confidence) / 2) / n)
     low = shift - unseen * (shift + width)
     high = shift + unseen * (width - shift)
     return p, max(low, -width), min(high, width)
+
+
+def _tango_score(down: int, up: int, n: int, delta: float) -> tuple[float, float]:
+    """Tango's score statistic of the paired difference ``delta`` as (numerator, variance):
+    up - down - n delta and n (2 q + delta (1 - delta)), q being the maximum-likelihood
+    probability of a pair going down given delta."""
+    same = n - down - up
+    # Maximum likelihood of P(down) = q with P(up) = q + delta, the root of
+    # 2 n q^2 - b q - down delta (1 - delta) = 0 that is a probability.
+    b = up * (1 - delta) + down * (1 - 3 * delta) - 2 * same * delta
+    q = (b + math.sqrt(max(b * b + 8 * n * down * delta * (1 - delta), 0.0))) / (4 * n)
+    return up - down - n * delta, n * (2 * q + delta * (1 - delta))
 
 
 def _tango_interval(down: int, up: int, n: int, confidence: float) -> tuple[float, float]:
@@ -496,15 +529,9 @@ def _tango_interval(down: int, up: int, n: int, confidence: float) -> tuple[floa
     (2 q + delta (1 - delta)), q being the maximum-likelihood probability of a pair going down
     given delta. Within [-1, 1]; never of zero width."""
     z2 = float(special.ndtri(0.5 + confidence / 2)) ** 2
-    same = n - down - up
 
     def inside(delta: float) -> bool:
-        # Maximum likelihood of P(down) = q with P(up) = q + delta, the root of
-        # 2 n q^2 - b q - down delta (1 - delta) = 0 that is a probability.
-        b = up * (1 - delta) + down * (1 - 3 * delta) - 2 * same * delta
-        q = (b + math.sqrt(max(b * b + 8 * n * down * delta * (1 - delta), 0.0))) / (4 * n)
-        var = n * (2 * q + delta * (1 - delta))
-        gap = up - down - n * delta
+        gap, var = _tango_score(down, up, n, delta)
         return gap * gap <= z2 * max(var, 0.0) + 1e-12 * n * n
 
     estimate = (up - down) / n
@@ -595,8 +622,16 @@ def compare_paired(
     make things worse? A two-sided test would spend half of ``alpha`` on improvements, which never
     fail the gate, and so lose power against real regressions.
 
-    ``regressed`` is ``p_value < alpha and -diff > max_drop``: significant *and* larger than the
-    drop you tolerate. An improvement (``diff >= 0``) never regresses.
+    The null hypothesis is "the run is at most ``max_drop`` worse" (difference >= -``max_drop``,
+    a non-inferiority margin), so ``p_value`` is against that margin and ``regressed`` (``p_value
+    < alpha``) says the drop is significantly *larger* than the one you tolerate: exactly when
+    the interval's upper end lies below ``-max_drop``. A drop whose point estimate exceeds
+    ``max_drop`` but whose interval still allows a smaller one does not regress. An improvement
+    (``diff >= 0``) never regresses. With ``max_drop = 0`` these are the plain one-sided tests.
+    For McNemar with ``max_drop > 0`` the p-value is the larger of the exact conditional test at
+    the margin (the share of discordant pairs going down, Binomial at t0 = (1 + n max_drop / d)
+    / 2 instead of 1/2) and Tango's score test at the margin, the two the interval joins; for
+    the t-test it is the t statistic of the mean difference plus ``max_drop``.
 
     ``diff_ci_low/high`` is a two-sided interval at 1 - 2 ``alpha`` (its upper end the
     one-sided 1 - alpha bound the test decides by) of the mean paired difference within
@@ -604,12 +639,14 @@ def compare_paired(
     lies in [0, 1], else the span of the means seen, or the larger of 1 and their magnitude
     when they are all one value): for McNemar, Tango's score interval of the difference of
     paired proportions, widened to hold the interval that inverts the exact test (so that it
-    lies below 0 exactly when p < alpha); for the t-test, its t interval clipped to [-w, w].
+    lies below -max_drop exactly when p < alpha); for the t-test, its t interval clipped to
+    [-w, w].
     When every difference is the same value d the t-test has no spread to use; then (exact
-    binomial) p = (1 - pi0)^n when d < 0, pi0 = -d / (w - d) being the smallest share of
-    examples that, differing by up to +w unseen, would make the mean difference 0, and p = 1
-    when d >= 0; the interval is [d - pi (d + w), d + pi (w - d)], pi = 1 - (0.025)^(1/n) the
-    Clopper-Pearson upper end of the share of examples that differ, for 0 of n seen.
+    binomial) p = (1 - pi0)^n when d < -max_drop, pi0 = (-max_drop - d) / (w - d) being the
+    smallest share of examples that, differing by up to +w unseen, would make the mean
+    difference -max_drop, and p = 1 otherwise; the interval is [d - pi (d + w), d + pi (w - d)],
+    pi = 1 - (0.025)^(1/n) the Clopper-Pearson upper end of the share of examples that differ,
+    for 0 of n seen.
 
     Raises ``ValueError`` when no id is shared, rewards are not finite or lie outside
     ``bounds``, a ``*_binary_single`` side holds values other than 0/1, or
@@ -646,13 +683,18 @@ def compare_paired(
     if baseline_binary_single and run_binary_single:
         test = TEST_MCNEMAR
         down, up = len(solved_to_missed), len(missed_to_solved)
-        p_value = _mcnemar_p(down, up)
+        p_value = _mcnemar_p(down, up, len(shared), max_drop)
+        if max_drop > 0.0:
+            # The interval is the union of Tango's and the exact one, so the drop is beyond the
+            # margin only when both tests say so. At margin 0 Tango's is the asymptotic McNemar
+            # test, and the exact p alone is reported.
+            p_value = max(p_value, _tango_p(down, up, len(shared), max_drop))
         tango = _tango_interval(down, up, len(shared), confidence)
         exact = _exact_paired_interval(down, up, len(shared), confidence)
         ci_low, ci_high = min(tango[0], exact[0]), max(tango[1], exact[1])
     else:
         test = TEST_PAIRED_T
-        p_value, ci_low, ci_high = _paired_t(new, base, width, confidence)
+        p_value, ci_low, ci_high = _paired_t(new, base, width, confidence, max_drop)
 
     diff = float(np.mean(new) - np.mean(base))
     if test == TEST_MCNEMAR:
@@ -677,8 +719,10 @@ def compare_paired(
         p_value=p_value,
         alpha=alpha,
         max_drop=max_drop,
-        # NaN < alpha is False, so an undefined test (one shared example) never regresses.
-        regressed=bool(p_value < alpha and -diff > max_drop),
+        # NaN < alpha is False, so an undefined test (one shared example) never regresses. The
+        # test and the interval are each other's inverse; requiring both keeps the verdict
+        # from contradicting the interval printed with it even at a rounding boundary.
+        regressed=bool(p_value < alpha and ci_high < -max_drop),
         confidence=confidence,
         solved_to_missed=solved_to_missed,
         missed_to_solved=missed_to_solved,
