@@ -301,11 +301,8 @@ def test_an_interrupted_session_writes_a_partial_report(
     the figures over those examples only and no verdict; the run finished by the same command
     replaces it with a whole report."""
     import re
-    import signal
-    import subprocess
-    import sys
 
-    from tests.test_resume import AS_AT_A_TERMINAL, wait_for_checkpoint_lines
+    from tests.test_resume import interrupt_a_third_in
 
     n = 120
     project.add(
@@ -315,18 +312,7 @@ def test_an_interrupted_session_writes_a_partial_report(
         gate="gate: {min_avg_reward: 0.1}",
     )
     project.server.configure(delay=0.05, accuracy=0.6, salt="interrupted")
-    output = project.pytester.path / "terminal.txt"
-    with output.open("wb") as terminal:
-        process = subprocess.Popen(
-            [sys.executable, "-c", AS_AT_A_TERMINAL, *project.args()],
-            cwd=project.pytester.path,
-            stdout=terminal,
-            stderr=subprocess.STDOUT,
-        )
-        checkpoint = wait_for_checkpoint_lines(project, "alpha", n // 3)
-        process.send_signal(signal.SIGINT)
-        assert process.wait(30) == 2  # pytest's "interrupted"
-    text = output.read_text()
+    checkpoint, text = interrupt_a_third_in(project, "alpha", n)
     said = re.search(rf"alpha \(test-model\): (\d+)/{n} examples kept in run (\S+)", text)
     assert said is not None, text[-2000:]
     kept, run_id = int(said[1]), said[2]

@@ -48,6 +48,31 @@ def wait_for_checkpoint_lines(project: BenchmarkProject, name: str, at_least: in
     raise AssertionError("the run did not get going")
 
 
+def interrupt_a_third_in(
+    project: BenchmarkProject, name: str, n: int, *extra: str, group: bool = False
+) -> tuple[Path, str]:
+    """Run the project as at a terminal, Ctrl-C it once a third of ``name``'s ``n`` examples
+    are in the checkpoint (``group``: to the whole process group, as a terminal does, which
+    reaches xdist's workers too) and wait for pytest's "Interrupted" exit. The checkpoint and
+    everything the session printed."""
+    output = project.pytester.path / "terminal.txt"
+    with output.open("wb") as terminal:
+        process = subprocess.Popen(
+            [sys.executable, "-c", AS_AT_A_TERMINAL, *project.args(*extra)],
+            cwd=project.pytester.path,
+            stdout=terminal,
+            stderr=subprocess.STDOUT,
+            start_new_session=group,
+        )
+        checkpoint = wait_for_checkpoint_lines(project, name, n // 3)
+        if group:
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGINT)
+        assert process.wait(60) == pytest.ExitCode.INTERRUPTED
+    return checkpoint, output.read_text()
+
+
 def intact_records(checkpoint: Path) -> int:
     count = 0
     for line in checkpoint.read_bytes().splitlines():
@@ -371,20 +396,10 @@ def test_ctrl_c_says_what_was_kept_and_the_command_that_continues(
 ) -> None:
     project.add("alpha", n=N, extra_yaml=SLOW)
     project.server.configure(delay=0.05)
-    output = project.pytester.path / "terminal.txt"
-    with output.open("wb") as terminal:
-        process = subprocess.Popen(
-            [sys.executable, "-c", AS_AT_A_TERMINAL, *project.args()],
-            cwd=project.pytester.path,
-            stdout=terminal,
-            stderr=subprocess.STDOUT,
-        )
-        checkpoint = wait_for_checkpoint_lines(project, "alpha", N // 3)
-        process.send_signal(signal.SIGINT)
-        assert process.wait(30) == pytest.ExitCode.INTERRUPTED
+    checkpoint, text = interrupt_a_third_in(project, "alpha", N)
     kept = intact_records(checkpoint)  # one rollout per example, none errored
     assert N // 3 <= kept < N
-    lines = output.read_text().splitlines()
+    lines = text.splitlines()
     assert any("KeyboardInterrupt" in line for line in lines)  # pytest's own block stays
     # The session ends on what was kept and how to go on, after pytest's block.
     assert lines[-2:] == [
@@ -425,21 +440,10 @@ def test_ctrl_c_under_xdist_says_the_examples_are_kept_and_the_command_that_cont
     are kept and how to go on."""
     project.add("alpha", n=N, extra_yaml=SLOW)
     project.server.configure(delay=0.05)
-    output = project.pytester.path / "terminal.txt"
-    with output.open("wb") as terminal:
-        process = subprocess.Popen(
-            [sys.executable, "-c", AS_AT_A_TERMINAL, *project.args("-n", "1")],
-            cwd=project.pytester.path,
-            stdout=terminal,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        checkpoint = wait_for_checkpoint_lines(project, "alpha", N // 3)
-        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
-        assert process.wait(60) == pytest.ExitCode.INTERRUPTED
+    checkpoint, text = interrupt_a_third_in(project, "alpha", N, "-n", "1", group=True)
     kept = intact_records(checkpoint)
     assert N // 3 <= kept < N
-    lines = output.read_text().splitlines()
+    lines = text.splitlines()
     assert lines[-2:] == [
         "examples finished before the interruption are kept in their runs "
         "(pytest-modal-eval runs lists them)",
