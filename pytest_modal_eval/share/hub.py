@@ -127,9 +127,9 @@ def push_runs(
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
     # The HTTP library's base error as huggingface_hub imports it (httpx2's in huggingface_hub
-    # 2): no connection, a timeout, a proxy, a broken answer. Not in its __all__; the test of an
-    # unreachable Hub fails if it moves.
-    transport_error: type[Exception] = errors.HTTPError  # type: ignore[attr-defined]
+    # 2): no connection, a timeout, a proxy, a broken answer. Not in its __all__: should it
+    # move, connection errors are still told as such, and the test of an unreachable Hub fails.
+    transport_error: type[Exception] = getattr(errors, "HTTPError", ConnectionError)
 
     where = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     try:
