@@ -52,13 +52,14 @@ class SessionReport:
         """On the controller once every benchmark has reported, or Ctrl-C ended the session:
         writes the page, with the runs Ctrl-C cut short marked unfinished."""
         runs = list(self.runs)
-        if self.interrupted:
+        cut_short = list(dict.fromkeys(self.interrupted))
+        if cut_short:
             from pytest_modal_eval.report.page import SessionFigures
 
             reported = {run_dir for run_dir, _ in runs}
             runs += [
                 (Path(run_dir), SessionFigures(interrupted=True))
-                for run_dir in dict.fromkeys(self.interrupted)
+                for run_dir in cut_short
                 if Path(run_dir) not in reported
             ]
         if not runs:
@@ -77,8 +78,8 @@ class SessionReport:
             self.outcome = f"evaluation report not written: {exc}"
             return
         partial = ""
-        if self.interrupted:
-            cut = len(dict.fromkeys(self.interrupted))
+        if cut_short:
+            cut = len(cut_short)
             partial = f" (partial: {cut} run{'' if cut == 1 else 's'} interrupted, unfinished)"
         took = time.monotonic() - started
         self.outcome = f"evaluation report{partial}: {self.path} ({took:.1f}s)"
