@@ -242,7 +242,7 @@ def test_v1_a_few_shot_prompt_is_recorded_as_the_prompt(
 
 @v1_only
 def test_the_prompt_is_found_by_content_after_messages_a_harness_added() -> None:
-    from pytest_modal_eval.client.verifiers_v1 import prompt_length
+    from pytest_modal_eval.client.verifiers_v1_outputs import prompt_length
 
     shot = [
         {"role": "user", "content": "What is 1 + 1?"},

@@ -625,7 +625,8 @@ def test_a_seat_the_episode_never_played_errors_every_seat() -> None:
     take the other seat's trace) and the played seat's record errors with it."""
     import verifiers.v1 as vf
 
-    from pytest_modal_eval.client.verifiers_v1 import _Rollout, episode_outputs
+    from pytest_modal_eval.client.verifiers_v1_interception import Rollout
+    from pytest_modal_eval.client.verifiers_v1_outputs import episode_outputs
 
     data = vf.TaskData(prompt="What is 2 + 2?")
     played = vf.Trace(
@@ -636,7 +637,7 @@ def test_a_seat_the_episode_never_played_errors_every_seat() -> None:
     )
     episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=[played], ok=True)
     task = vf.Task(data)
-    first, second = episode_outputs(7, task, episode, ["first", "second"], _Rollout(7, 0, []))
+    first, second = episode_outputs(7, task, episode, ["first", "second"], Rollout(7, 0, []))
     assert (first["agent"], second["agent"]) == ("first", "second")
     assert second["error"] == {
         "error": "NoTrace",
@@ -654,12 +655,13 @@ def test_an_episode_that_failed_before_a_seat_played_names_its_error() -> None:
     import verifiers.v1 as vf
     from verifiers.v1.trace import Error
 
-    from pytest_modal_eval.client.verifiers_v1 import _Rollout, episode_outputs
+    from pytest_modal_eval.client.verifiers_v1_interception import Rollout
+    from pytest_modal_eval.client.verifiers_v1_outputs import episode_outputs
 
     data = vf.TaskData(prompt="What is 2 + 2?")
     failed = Error(type="TaskError", message="task setup: RuntimeError: root setup failed")
     episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=[], errors=[failed])
-    (output,) = episode_outputs(0, vf.Task(data), episode, ["agent"], _Rollout(0, 0, []))
+    (output,) = episode_outputs(0, vf.Task(data), episode, ["agent"], Rollout(0, 0, []))
     assert output["error"] == {
         "error": "TaskError",
         "message": "task setup: RuntimeError: root setup failed",
@@ -673,7 +675,8 @@ def test_a_seat_played_several_times_in_an_episode_keeps_every_play() -> None:
     record sees every one of them."""
     import verifiers.v1 as vf
 
-    from pytest_modal_eval.client.verifiers_v1 import _Rollout, episode_outputs
+    from pytest_modal_eval.client.verifiers_v1_interception import Rollout
+    from pytest_modal_eval.client.verifiers_v1_outputs import episode_outputs
     from pytest_modal_eval.runs.record import rollout_record
 
     data = vf.TaskData(prompt="What is 2 + 2?")
@@ -693,7 +696,7 @@ def test_a_seat_played_several_times_in_an_episode_keeps_every_play() -> None:
     traces = [play("proposer", 0.5), *solves]
     episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=traces, ok=True)
     proposer, solver = episode_outputs(
-        3, vf.Task(data), episode, ["proposer", "solver"], _Rollout(3, 0, [])
+        3, vf.Task(data), episode, ["proposer", "solver"], Rollout(3, 0, [])
     )
     assert solver["reward"] == pytest.approx(1 / 3)
     assert solver["metrics"] == {"correct": pytest.approx(1 / 3), "turns": pytest.approx(4 / 3)}
@@ -709,7 +712,7 @@ def test_a_seat_played_several_times_in_an_episode_keeps_every_play() -> None:
     unnamed = [play("", 1.0), play("", 1.0)]
     unnamed[1].record_error(RuntimeError("boom"))
     episode = vf.Episode(task=vf.TraceTask(type="Task", data=data), traces=unnamed, ok=True)
-    (only,) = episode_outputs(0, vf.Task(data), episode, ["agent"], _Rollout(0, 0, []))
+    (only,) = episode_outputs(0, vf.Task(data), episode, ["agent"], Rollout(0, 0, []))
     assert len(only["attempts"]) == 2 and only["error"] is not None
 
 
