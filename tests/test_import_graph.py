@@ -13,6 +13,7 @@ import ast
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -596,3 +597,67 @@ def test_the_plugin_costs_an_unrelated_test_suite_no_heavy_imports() -> None:
         "aiohttp", "asyncio", "yaml", "huggingface_hub", "modal", "datasets", "pyarrow",
     }  # fmt: skip
     assert imported & heavy == set(), sorted(imported)
+
+
+#: What a bundled benchmark never needs: verifiers and what it brings (datasets, Arrow, the
+#: SDKs, math_verify's sympy), and at collection the numerics and Modal as well.
+FRAMEWORKS = {"verifiers", "datasets", "pyarrow", "pandas", "openai", "anthropic", "sympy"}
+HEAVY_AT_COLLECTION = FRAMEWORKS | {"numpy", "scipy", "modal", "aiohttp", "jinja2"}
+
+PROBE_PLUGIN = """
+import json, os, sys
+
+def _top():
+    return sorted({name.split(".")[0] for name in sys.modules})
+
+def pytest_collection_finish(session):
+    with open(os.environ["PROBE_OUT"] + ".collected", "w") as out:
+        json.dump(_top(), out)
+
+def pytest_sessionfinish(session):
+    with open(os.environ["PROBE_OUT"] + ".finished", "w") as out:
+        json.dump(_top(), out)
+"""
+
+
+def test_a_bundled_benchmark_imports_no_framework(tmp_path: Path, fake_server: Any) -> None:
+    """A file-qa benchmark, collected and run to its verdict against an endpoint: collection
+    imports nothing heavy, and the run no framework (the plugin runs file-qa itself,
+    client/native.py). Checked by the modules loaded, not by time (benchmarks/startup.py
+    measures that)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "qa.jsonl").write_text(
+        '{"question": "What is 2 + 3?", "answer": "5"}\n', encoding="utf-8"
+    )
+    (tmp_path / "evals" / "one.yaml").write_text(
+        "env_id: file-qa\nenv_args: {path: qa.jsonl}\ngate: {min_avg_reward: 0.5}\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (tmp_path / "import_probe.py").write_text(PROBE_PLUGIN, encoding="utf-8")
+    probe = tmp_path / "probe"
+    env = {
+        **os.environ,
+        "PROBE_OUT": str(probe),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT.parent)]),
+    }
+    command = [sys.executable, "-m", "pytest", "evals", "-p", "import_probe"]
+    command += ["--model", "test-model", "--base-url", fake_server.base_url]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "1 passed" in result.stdout
+    collected = set(json.loads(probe.with_suffix(".collected").read_text()))
+    finished = set(json.loads(probe.with_suffix(".finished").read_text()))
+    assert collected & HEAVY_AT_COLLECTION == set()
+    assert finished & FRAMEWORKS == set()

@@ -29,6 +29,7 @@ import contextvars
 import email.utils
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -48,7 +49,7 @@ from pytest_modal_eval.client.answer_journal import (
 )
 from pytest_modal_eval.client.send_order import SendsFirst, trace_config
 from pytest_modal_eval.exceptions import DirectClientError
-from pytest_modal_eval.serving.env_proxy import ProxyOptions, aiohttp_options
+from pytest_modal_eval.serving.env_proxy import ProxyOptions, aiohttp_options, env_proxy
 
 if TYPE_CHECKING:
     from pytest_modal_eval.serving.modal.redirect_proxy import ModalProxy
@@ -84,20 +85,28 @@ class DirectOpenAI:
         http: Any,
         max_in_flight: int | None = None,
         journal: AnswerJournal | None = None,
+        base_url: str | None = None,
+        max_retries: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """``max_in_flight`` caps the requests waiting for an answer (default: the connections);
-        with a ``journal``, answers are recorded as they arrive and replayed after a resume."""
+        with a ``journal``, answers are recorded as they arrive and replayed after a resume.
+
+        Without an SDK client (``sdk`` None: the bundled environments' own runner, which
+        imports no SDK) ``base_url``, ``max_retries`` and ``headers`` say what the SDK would
+        have held, and the proxy is the environment's (:func:`~.env_proxy.env_proxy`)."""
         self._sdk = sdk
         self._in_flight = asyncio.Semaphore(max_in_flight or max_connections)
         self._order = SendsFirst()
         self._journal = journal
         self._http = http  # the httpx flavour the SDK is built on (for its Request/Response)
-        self._base = str(sdk.base_url).rstrip("/") + "/"
-        self._max_retries: int = sdk.max_retries
+        self._base = str(sdk.base_url if sdk is not None else base_url).rstrip("/") + "/"
+        self._max_retries: int = sdk.max_retries if sdk is not None else (max_retries or 0)
         self._raw_types = _raw_response_types(http)
+        given = {**sdk.default_headers, **sdk.auth_headers} if sdk is not None else headers or {}
         self._headers = {
             name: value
-            for name, value in {**sdk.default_headers, **sdk.auth_headers}.items()
+            for name, value in given.items()
             if isinstance(value, str)  # the SDK's Omit() markers mean "send no such header"
         }
         self._timeout = aiohttp.ClientTimeout(
@@ -107,7 +116,12 @@ class DirectOpenAI:
         self._request_timeout = request_timeout
         # The proxy the SDK would use (HTTP(S)_PROXY, ALL_PROXY, NO_PROXY); None: unknown, so
         # the SDK sends everything itself.
-        found = sdk_proxy(sdk, self._base, http)
+        if sdk is None:
+            found: ProxyOptions | None = aiohttp_options(
+                env_proxy(self._base, os.environ), self._base
+            )
+        else:
+            found = sdk_proxy(sdk, self._base, http)
         if found is None:
             # Sending through the SDK instead would skip the in-flight cap and the answer
             # journal without a word: refuse, and say what to change.
@@ -129,6 +143,8 @@ class DirectOpenAI:
         self._base_path = URL(self._base).raw_path  # "/v1/": what the proxy is asked for
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_sdk" or self._sdk is None:
+            raise AttributeError(name)
         return getattr(self._sdk, name)
 
     async def post(
@@ -151,6 +167,8 @@ class DirectOpenAI:
                     "pytest-modal-eval sends itself. This verifiers version is not supported; "
                     "install the version pyproject.toml pins."
                 )
+            if self._sdk is None:
+                raise DirectClientError(f"{path}: only raw JSON posts are sent without an SDK")
             return await self._sdk.post(path, body=body, cast_to=cast_to, options=options, **rest)
         headers = self._headers
         if extra := options.get("headers"):
@@ -167,6 +185,11 @@ class DirectOpenAI:
                 stored.status, headers=list(stored.raw_headers), content=stored.content
             )
         return await self._send(url, headers, data, (example, key))
+
+    async def post_json(self, path: str, body: Any) -> Any:
+        """``body`` posted to ``path`` (relative to the base URL), as verifiers' chat client
+        posts a rollout's request: the answer as the HTTP library's ``Response``."""
+        return await self.post(path, body=body, cast_to=self._http.Response, options={})
 
     async def _send(
         self,
@@ -265,7 +288,8 @@ class DirectOpenAI:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        await self._sdk.close()
+        if self._sdk is not None:
+            await self._sdk.close()
 
 
 def open_direct_client(
@@ -299,6 +323,42 @@ def open_direct_client(
         http=sdk_http(),
         max_in_flight=max_in_flight,
         journal=journal,
+    )
+
+
+def open_plain_client(
+    base_url: str,
+    *,
+    api_key: str | None,
+    headers: Mapping[str, str],
+    request_timeout: float,
+    max_retries: int,
+    max_connections: int,
+    max_in_flight: int | None = None,
+    journal: AnswerJournal | None = None,
+) -> DirectOpenAI:
+    """A :class:`DirectOpenAI` with no SDK client behind it: the same sending, retries,
+    in-flight cap, journal and errors (openai's exceptions, imported when one is raised), with
+    the headers a plain JSON client sends (``Authorization: Bearer`` the key, or ``EMPTY`` as
+    verifiers sends without one)."""
+    from importlib.metadata import version
+
+    return DirectOpenAI(
+        None,
+        request_timeout=request_timeout,
+        max_connections=max_connections,
+        http=sdk_http(),
+        max_in_flight=max_in_flight,
+        journal=journal,
+        base_url=base_url,
+        max_retries=max_retries,
+        headers={
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "User-Agent": f"pytest-modal-eval/{version('pytest-modal-eval')}",
+            "Authorization": f"Bearer {api_key or 'EMPTY'}",
+            **headers,
+        },
     )
 
 

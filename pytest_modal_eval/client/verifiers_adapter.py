@@ -11,18 +11,24 @@ the implementation from the installed verifiers' version:
 
 Each implements :class:`VerifiersAPI`; the rest of the plugin calls only the functions below.
 See docs/verifiers.md for what each API needs to run offline and what differs.
+
+The bundled ``file-qa`` environment is run by a third implementation whatever verifiers is
+installed, :mod:`pytest_modal_eval.client.native`, which imports no framework: its records are
+those the installed verifiers gives (``tests/test_native_parity.py``).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
-from pytest_modal_eval.exceptions import EnvironmentLoadError
+# Which verifiers is installed, and its API: read from its version, importing nothing.
+from pytest_modal_eval.client.installed_envs import ApiName as ApiName
+from pytest_modal_eval.client.installed_envs import api_for as api_for
+from pytest_modal_eval.client.installed_envs import installed_api as installed_api
+from pytest_modal_eval.client.installed_envs import installed_version as installed_version
 
 if TYPE_CHECKING:
     from array import array
@@ -33,10 +39,10 @@ if TYPE_CHECKING:
 #: Environments shipped with the plugin, resolved without a separate installation
 #: (``lookup-qa`` with verifiers 0.4 only).
 BUNDLED = ("file-qa", "lookup-qa")
+#: The bundled environments the plugin runs itself (:mod:`.native`), importing no framework.
+NATIVE = ("file-qa",)
 
 ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
-
-ApiName = Literal["classic", "v1"]
 
 
 class EvalRowsLike(Protocol):
@@ -120,62 +126,52 @@ class VerifiersAPI(Protocol):
         the classic API's environments keep their own."""
 
 
-def installed_version() -> str:
-    try:
-        return version("verifiers")
-    except PackageNotFoundError:
-        raise EnvironmentLoadError(
-            "verifiers is not installed: `uv pip install 'verifiers>=0.3.1,<0.5'`"
-        ) from None
-
-
-def api_for(verifiers_version: str) -> ApiName:
-    """``"classic"`` for verifiers 0.3.x (and older), ``"v1"`` for 0.4.x."""
-    parts = verifiers_version.split(".")
-    try:
-        major, minor = int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
-    except (IndexError, ValueError):
-        raise EnvironmentLoadError(
-            f"cannot tell which verifiers API version {verifiers_version!r} has; "
-            "install verifiers>=0.3.1,<0.5"
-        ) from None
-    if (major, minor) < (0, 4):
-        return "classic"
-    if (major, minor) < (0, 5):
-        return "v1"
-    raise EnvironmentLoadError(
-        f"verifiers {verifiers_version} is newer than this plugin supports (0.3.x and 0.4.x); "
-        "install verifiers>=0.3.1,<0.5 or a newer pytest-modal-eval"
-    )
-
-
-@functools.cache
-def installed_api() -> ApiName:
-    """Which API the installed verifiers has (read from its version; imports nothing)."""
-    return api_for(installed_version())
-
-
-def implementation() -> VerifiersAPI:
-    module = {
-        "classic": "pytest_modal_eval.client.verifiers_classic",
-        "v1": "pytest_modal_eval.client.verifiers_v1",
-    }[installed_api()]
+def implementation(env_id: str | None = None) -> VerifiersAPI:
+    """The implementation that loads ``env_id``: the plugin's own for the environments it runs
+    itself, else the installed verifiers' API's."""
+    if env_id in NATIVE:
+        module = "pytest_modal_eval.client.native"
+    else:
+        module = {
+            "classic": "pytest_modal_eval.client.verifiers_classic",
+            "v1": "pytest_modal_eval.client.verifiers_v1",
+        }[installed_api()]
     return cast(VerifiersAPI, importlib.import_module(module))
 
 
+def _of(env: Any) -> VerifiersAPI:
+    """The implementation that loaded ``env``."""
+    from pytest_modal_eval.client import native
+
+    if isinstance(env, native.NativeEnvironment):
+        return cast(VerifiersAPI, native)
+    return implementation()
+
+
 def missing_environment(env_id: str) -> str | None:
-    return implementation().missing_environment(env_id)
+    """Why ``env_id`` cannot be loaded here (not installed), or None. Cheap: it imports neither
+    verifiers nor the environment (:mod:`.installed_envs`), so ``--collect-only`` may ask it of
+    every benchmark."""
+    from pytest_modal_eval.client import installed_envs
+
+    if env_id in NATIVE:
+        return None
+    if installed_api() == "classic":
+        return installed_envs.missing_classic(env_id)
+    return installed_envs.missing_v1(env_id)
 
 
 def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path, **options: Any) -> Any:
-    return implementation().load_environment(env_id, env_args, base_dir, **options)
+    """The environment (see :meth:`VerifiersAPI.load_environment`); imports verifiers only
+    for an environment the plugin does not run itself."""
+    return implementation(env_id).load_environment(env_id, env_args, base_dir, **options)
 
 
 def played(env: Any, model: str | None = None) -> dict[str, Any] | None:
     """How the environment is played (its Env, each seat's harness, runtime and model and
     where they came from; ``model`` is the benchmark's), for ``metadata.json``; None for the
     classic API."""
-    if installed_api() != "v1":
+    if installed_api() != "v1" or not hasattr(env, "metadata"):
         return None
     return cast("dict[str, Any]", env.metadata(model))
 
@@ -184,23 +180,23 @@ def seats(env: Any) -> tuple[list[str], str | None]:
     """The seats that each have a record of their own per rollout, in the environment's order,
     and the one ``agent.seat`` names (None: not named); ``([], None)`` for an environment with
     one seat, whose one record per rollout is keyed by the rollout alone."""
-    if installed_api() != "v1" or len(env.seats) < 2:
+    if installed_api() != "v1" or len(getattr(env, "seats", ())) < 2:
         return [], None
     return list(env.seats), env.scored_seat
 
 
 def dataset_rows(env: Any, num_examples: int | None) -> EvalRowsLike:
-    return implementation().dataset_rows(env, num_examples)
+    return _of(env).dataset_rows(env, num_examples)
 
 
 def secret_variables(env: Any) -> list[str]:
-    return implementation().secret_variables(env)
+    return _of(env).secret_variables(env)
 
 
 def check_judge_endpoints(env: Any, timeout: float) -> None:
-    implementation().check_judge_endpoints(env, timeout)
+    _of(env).check_judge_endpoints(env, timeout)
 
 
 async def run_examples(env: Any, rows: Iterable[dict[str, Any]], **options: Any) -> None:
     """See :meth:`VerifiersAPI.run_examples`."""
-    await implementation().run_examples(env, rows, **options)
+    await _of(env).run_examples(env, rows, **options)

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, overload
 
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
-from pytest_modal_eval.client.environment_errors import (
-    environment_frame,
-    load_failure,
-    not_installed,
+from pytest_modal_eval.client.environment_errors import environment_frame, load_failure
+from pytest_modal_eval.client.installed_envs import (
+    BUNDLED_CLASSIC,
+    classic_module,
+    missing_classic,
 )
 from pytest_modal_eval.client.rollout_seeds import (
     ROLLOUT_COLUMN,
@@ -35,38 +36,12 @@ from pytest_modal_eval.serving.endpoint import Endpoint
 
 #: Environments shipped with the plugin, resolved without a separate installation.
 BUNDLED = {"file-qa": "pytest_modal_eval.envs.file_qa"}
-#: Environments shipped with the plugin for verifiers' v1 API (0.4.x) only.
-BUNDLED_V1_ONLY = ("lookup-qa",)
+assert tuple(BUNDLED) == BUNDLED_CLASSIC
 
-#: How to install the environments the shipped benchmarks use (Prime environment hub).
-INSTALL_HINT = (
-    "install it into the environment pytest runs in, from the Prime environment hub: "
-    "`prime env install primeintellect/{env_id}` or `uv pip install {env_id} "
-    "--extra-index-url https://hub.primeintellect.ai/primeintellect/simple/` "
-    "(any package that makes the module `{module}` importable works)"
-)
-
-
-def module_name(env_id: str) -> str:
-    return env_id.replace("-", "_")
-
-
-def missing_environment(env_id: str) -> str | None:
-    """Why ``env_id`` cannot be loaded here (not installed), or None; imports nothing."""
-    if env_id in BUNDLED:
-        return None
-    if env_id in BUNDLED_V1_ONLY:
-        return (
-            f"environment {env_id!r} is bundled for verifiers' v1 API (0.4.x) only, and "
-            f"verifiers {_version()} (classic API) is installed: install "
-            "verifiers 0.4 (`uv pip install 'verifiers>=0.4,<0.5'`) to run it"
-        )
-    name = module_name(env_id)
-    if importlib.util.find_spec(name) is None:
-        return not_installed(
-            env_id, [*BUNDLED, *BUNDLED_V1_ONLY], INSTALL_HINT.format(env_id=env_id, module=name)
-        )
-    return None
+#: The module the classic API imports for an id, and why an id cannot be loaded (not
+#: installed): told without importing verifiers (see :mod:`.installed_envs`).
+module_name = classic_module
+missing_environment = missing_classic
 
 
 def load_environment(

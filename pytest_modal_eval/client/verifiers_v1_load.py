@@ -24,7 +24,8 @@ from verifiers.v1.envs.single_agent import SingleAgentEnv
 from verifiers.v1.utils.loaders import taskset_config_type
 
 from pytest_modal_eval.client import modal_sandbox, verifiers_v1_judges
-from pytest_modal_eval.client.environment_errors import load_failure, not_installed
+from pytest_modal_eval.client.environment_errors import load_failure
+from pytest_modal_eval.client.installed_envs import BUNDLED_V1, missing_v1, v1_module
 from pytest_modal_eval.client.verifiers_v1_env import LoadedEnv, build_env, runtime_problem
 from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID
 from pytest_modal_eval.client.verifiers_v1_judges import check_judges
@@ -32,46 +33,21 @@ from pytest_modal_eval.client.verifiers_v1_seats import check_player_endpoints, 
 from pytest_modal_eval.client.verifiers_v1_seats import secret_variables as seat_secrets
 from pytest_modal_eval.exceptions import EnvironmentLoadError
 
-#: How to install a v1 taskset from the Prime environment hub.
-INSTALL_HINT = (
-    "install it into the environment pytest runs in, from the Prime environment hub: "
-    "`prime env install {env_id}` or `uv pip install {env_id} "
-    "--extra-index-url https://hub.primeintellect.ai/primeintellect/simple/` (any package that "
-    "makes the module `{module}` importable and exports a verifiers v1 Taskset in its __all__; "
-    "verifiers {version} is installed, which has only the v1 API)"
-)
-
-
-def module_name(env_id: str) -> str:
-    """The module verifiers v1 imports for ``env_id`` (``owner/name@version`` -> ``name``)."""
-    return env_id.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
-
+#: The module verifiers v1 imports for an id, and why an id cannot be loaded (not installed):
+#: told without importing verifiers (see :mod:`.installed_envs`).
+module_name = v1_module
+missing_environment = missing_v1
 
 #: Tasksets shipped with the plugin: env id -> (module, taskset class, its config class).
 BUNDLED = {
     "file-qa": ("pytest_modal_eval.envs.file_qa_v1", "FileQATaskset", "FileQATasksetConfig"),
     "lookup-qa": ("pytest_modal_eval.envs.lookup_qa_v1", "LookupTaskset", "LookupTasksetConfig"),
 }
+assert tuple(BUNDLED) == BUNDLED_V1
 
 
 #: Config fields the plugin fills itself (the env id, a bundled taskset's benchmark directory).
 HIDDEN_CONFIG_FIELDS = ("id", "base_dir")
-
-
-def missing_environment(env_id: str) -> str | None:
-    """Why ``env_id`` cannot be loaded here (not installed), or None; imports nothing new."""
-    if env_id in BUNDLED:
-        return None
-    module = module_name(env_id)
-    if importlib.util.find_spec(f"verifiers.v1.tasksets.{module}") or importlib.util.find_spec(
-        module
-    ):
-        return None
-    from verifiers import __version__
-
-    return not_installed(
-        env_id, BUNDLED, INSTALL_HINT.format(env_id=env_id, module=module, version=__version__)
-    )
 
 
 @dataclass

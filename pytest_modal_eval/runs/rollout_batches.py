@@ -21,6 +21,11 @@ from pytest_modal_eval.serving.endpoint import EndpointInfo
 PROXY_DEADLINE_MARGIN_S = 30.0
 
 
+#: The loggers whose records go to the run's log: verifiers' own, and the plugin's runner of
+#: the bundled environments (client/native.py), which logs failed rollouts as verifiers does.
+ROLLOUT_LOGGERS = ("verifiers", "pytest_modal_eval.rollouts")
+
+
 @contextlib.contextmanager
 def verifiers_log_to(path: Path) -> Any:
     """Send verifiers' own log records to the run's log file, not pytest's captured output.
@@ -28,13 +33,14 @@ def verifiers_log_to(path: Path) -> Any:
     verifiers logs every failed rollout at ERROR level; thousands of those would bury the
     gate's short failure message, and they belong with the run anyway.
     """
-    logger = logging.getLogger("verifiers")
+    loggers = [logging.getLogger(name) for name in ROLLOUT_LOGGERS]
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # verifiers may have attached its own console handler (setup_logging); swap them all.
-    previous = logger.propagate, logger.handlers[:]
-    logger.handlers = [handler]
-    logger.propagate = False
+    previous = [(logger.propagate, logger.handlers[:]) for logger in loggers]
+    for logger in loggers:
+        logger.handlers = [handler]
+        logger.propagate = False
     # HTTP clients log every request at INFO: noise next to the progress lines.
     client_logs = [logging.getLogger(name) for name in ("httpx", "httpx2")]
     client_levels = [client.level for client in client_logs]
@@ -43,7 +49,8 @@ def verifiers_log_to(path: Path) -> Any:
     try:
         yield
     finally:
-        logger.propagate, logger.handlers = previous
+        for logger, (propagate, handlers) in zip(loggers, previous, strict=True):
+            logger.propagate, logger.handlers = propagate, handlers
         handler.close()
         for client, level in zip(client_logs, client_levels, strict=True):
             client.setLevel(level)

@@ -17,7 +17,8 @@ uses tools: a request offering ``tools`` whose question ("What is the value of K
 tool result yet is answered with a call of the first tool, ``{"key": KEY}``; once the result is
 in the conversation, the answer is that result (right or wrong as ``accuracy`` says).
 ``/admin/config`` (POST JSON) changes any setting at run time and ``/admin/stats`` counts
-requests, the most ever in flight at once among them.
+requests, the most ever in flight at once among them; with ``record_bodies``, ``/admin/bodies``
+lists each chat request's JSON body.
 
 Run: ``python -m tests.support.openai_server --model test-model [--answers F.jsonl]``;
 it prints ``listening on http://127.0.0.1:PORT`` once ready.
@@ -72,7 +73,10 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "call_tools": False,  # call the offered tool before answering (see the module docstring)
     "tool_loop": False,  # with call_tools: call the tool on every turn, never answer
     "hold_tool_results": 0.0,  # seconds to hold a request that carries a tool result
-    "replies": {},  # text -> the reply to a question containing it (a judge's verdict, ...)
+    # text -> the reply to a question containing it (a judge's verdict, ...): its content, or
+    # {"content": ..., "finish_reason": ..., other message fields} (content may be null)
+    "replies": {},
+    "record_bodies": False,  # keep each chat request's JSON body (GET /admin/bodies)
     "ask_system_question": False,  # reply with the "What is A + B?" of the system prompt
     "fail_first": 0,  # answer fail_status to the first N chat requests
     "fail_message": "injected failure",  # the error message of those answers
@@ -91,6 +95,7 @@ class FakeModel:
         self.seeds_by_question: dict[str, list[Any]] = {}  # the "seed" of each request
         self.in_flight = 0
         self.max_in_flight = 0
+        self.bodies: list[Any] = []  # with record_bodies: each chat request's body, in order
 
     def answer_for(self, question: str) -> str | None:
         if question in self.answers:
@@ -172,6 +177,8 @@ class FakeModel:
                 },
                 status=404,
             )
+        if settings["record_bodies"]:
+            self.bodies.append(body)
         question = next(
             (m.get("content", "") for m in reversed(body["messages"]) if m["role"] == "user"), ""
         )
@@ -209,7 +216,16 @@ class FakeModel:
             reply = next((r for text, r in settings["replies"].items() if text in question), None)
             if reply is not None:
                 self.stats["completed_requests"] += 1
-                return web.json_response(_completion(body["model"], reply, "stop", 1))
+                if not isinstance(reply, dict):
+                    reply = {"content": reply}
+                completion = _completion(
+                    body["model"], reply.get("content"), reply.get("finish_reason", "stop"), 1
+                )
+                message = completion["choices"][0]["message"]
+                message.update(
+                    {k: v for k, v in reply.items() if k not in ("content", "finish_reason")}
+                )
+                return web.json_response(completion)
             asked = _system_question(body["messages"]) if settings["ask_system_question"] else None
             if asked is not None:
                 self.stats["completed_requests"] += 1
@@ -287,6 +303,9 @@ class FakeModel:
             }
         )
 
+    async def get_bodies(self, request: web.Request) -> web.Response:
+        return web.json_response(self.bodies)
+
     async def set_config(self, request: web.Request) -> web.Response:
         update = await request.json()
         unknown = set(update) - set(self.settings) - {"reset_stats"}
@@ -296,6 +315,7 @@ class FakeModel:
             self.stats.clear()
             self.by_question.clear()
             self.seeds_by_question.clear()
+            self.bodies.clear()
             self.max_in_flight = self.in_flight
         self.settings.update(update)
         return web.json_response(self.settings)
@@ -429,6 +449,7 @@ def build_app(fake: FakeModel) -> web.Application:
     app.router.add_post("/v1/chat/completions", fake.chat)
     app.router.add_get("/health", fake.health)
     app.router.add_get("/admin/stats", fake.get_stats)
+    app.router.add_get("/admin/bodies", fake.get_bodies)
     app.router.add_post("/admin/config", fake.set_config)
     return app
 
