@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -274,3 +275,79 @@ def test_the_server_log_holds_no_secret_the_session_knows(
     assert f"env {shown}" in log and f"warning: settings {shown}" in log, log
     assert "'--hf-token', '[redacted]'" in log, log
     assert "MARK" not in log
+
+
+STATUS = "starting vLLM (local) for fake-model"
+
+
+@XDIST
+def test_a_slow_server_start_is_told_phase_by_phase_in_a_log(
+    local: LocalRuns, dist: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a terminal (a CI log): one line per phase of the start-up, vLLM's own included,
+    each with its duration; under xdist the controller, which starts the server, writes them."""
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "3")
+    local.project.add("alpha", n=2)
+    result = local.run(*dist)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"status: {STATUS}: loading weights *.*s",
+            f"status: {STATUS}: capturing graphs *.*s",
+            f"status: {STATUS}: *.*s",
+        ]
+    )
+    pattern = rf"status: {re.escape(STATUS)}: (\d+\.\d)s$"
+    seconds = re.search(pattern, result.stdout.str(), re.MULTILINE)
+    assert seconds is not None and float(seconds[1]) >= 3.0
+
+
+def test_a_slow_server_start_shows_a_changing_line_on_a_terminal(
+    local: LocalRuns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal the start-up's line changes within 2 s of starting (its seconds count, its
+    vLLM phase moves on): never a frozen line."""
+    import pty
+    import select
+    import subprocess
+
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "4")
+    monkeypatch.setenv("TERM", "xterm")
+    local.project.add("alpha", n=2)
+    controller, child = pty.openpty()
+    command = [sys.executable, "-m", "pytest", f"--model={MODEL}", "--backend", "local"]
+    command += [f"--vllm-python={sys.executable}", "-p", "no:cacheprovider"]
+    process = subprocess.Popen(
+        command, cwd=local.project.pytester.path, stdout=child, stderr=child, close_fds=True
+    )
+    os.close(child)
+    chunks: list[tuple[float, str]] = []
+    try:
+        while True:
+            ready, _, _ = select.select([controller], [], [], 60)
+            if not ready:
+                break
+            try:
+                data = os.read(controller, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append((time.monotonic(), data.decode(errors="replace")))
+    finally:
+        process.wait(60)
+        os.close(controller)
+    text = "".join(chunk for _, chunk in chunks)
+    assert process.returncode == 0, text[-2000:]
+    # Each drawing of the phase's line, with when it arrived.
+    drawn = [
+        (when, match[0])
+        for when, chunk in chunks
+        for match in re.finditer(rf"{re.escape(STATUS)}[^\n\x1b]*?\d+s", chunk)
+    ]
+    assert drawn, text[-2000:]
+    first = drawn[0][0]
+    within_2s = {line for when, line in drawn if when - first <= 2.0}
+    assert len(within_2s) >= 2, drawn[:10]  # it changed within 2 s of first being shown
+    assert any("loading weights" in line for _, line in drawn)
+    assert any("capturing graphs" in line for _, line in drawn)

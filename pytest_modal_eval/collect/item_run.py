@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.collect.comparisons import (
     baseline_comparison,
@@ -131,7 +132,8 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
         ),
     )
     try:
-        run = BenchmarkRun(run_request)
+        with phases.phase(f"{item.benchmark.name}: loading environment {config.env_id}"):
+            run = BenchmarkRun(run_request)
     except EnvironmentLoadError as exc:
         source = env_args_source(item.path, settings.overrides, str(exc))
         raise EvalProblem(f"{source}: {exc}") from None
@@ -152,7 +154,9 @@ def _prepare_run(
 ) -> Prepared:
     config = item.benchmark.config
     try:
-        if run.finished_without_server() is not None:
+        with phases.phase(f"{item.benchmark.name}: reading its runs' checkpoints"):
+            finished = run.finished_without_server()
+        if finished is not None:
             return Prepared(run, None, stored)
     except RunLockError as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None

@@ -12,6 +12,13 @@ anything pytest writes. Elsewhere (a pipe, a CI log) a plain line is written eve
 :data:`PLAIN_STEP` of a benchmark's examples or :data:`PLAIN_EVERY_S` seconds. ``-v`` shows
 every example instead, ``-q`` keeps only the terminal's in-place lines, ``-qq`` and
 ``-p no:modal_eval_progress`` turn it off.
+
+The phases that take time before a benchmark's first example (a server starting, with vLLM's
+own phase; an environment loading; a run's checkpoint read: :mod:`pytest_modal_eval.phases`)
+are shown the same way, ``-v`` included: on a terminal a line per phase in the block, its
+seconds counting (redrawn every :data:`TICK_S` by a thread while a phase lasts); elsewhere one
+line per phase, and per vLLM phase, with its duration, once it is over (those shorter than
+:data:`PHASE_MIN_S` are left out).
 """
 
 from __future__ import annotations
@@ -19,12 +26,15 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.stats.format import fmt
 
 if TYPE_CHECKING:
@@ -44,6 +54,10 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 #: The keyword that carries an example's time into this session's evaluation (not shown by -v).
 ELAPSED_KEY = "elapsed"
 _DONE = re.compile(r"(\d+)/(\d+)")
+#: Seconds between redraws of a phase's line on a terminal.
+TICK_S = 0.5
+#: Phases (and vLLM's own) shorter than this get no line in a CI log.
+PHASE_MIN_S = 0.5
 
 
 def example_fields(result: ExampleResult) -> dict[str, str]:
@@ -198,22 +212,97 @@ class LiveProgress:
         self._last_draw = 0.0
         self._tty: bool | None = None  # decided when the session starts (terminal reporter)
         self._reporter: Any = None
+        # Set-up phases: shown with -v too, so decided apart from the example lines.
+        self._status_terminal: Any = None
+        self._status_tty = False
+        self._phases: dict[int, phases.Phase] = {}
+        self._unlisten: Any = None
+        self._out_fd: int | None = None
+        self._status_column = -1  # pytest's column when the last status line was written
+        self._ticker: threading.Thread | None = None
+        # The terminal is written by pytest (this thread) and the phases' ticker.
+        self._lock = threading.RLock()
 
     def start(self, subtest_verbosity: int) -> None:
         """When the session starts: decides terminal or plain lines, or none at all.
         ``subtest_verbosity`` is pytest's verbosity for subtests (``-v`` and its ini key)."""
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is None or subtest_verbosity > 0 or self.config.get_verbosity() <= -2:
-            return  # -v reports every example itself
+        if reporter is None or self.config.get_verbosity() <= -2:
+            return
         live_logs = bool(self.config.getoption("log_cli_level", None)) or _ini_true(
             self.config, "log_cli"
         )
         # Cursor movement needs a terminal that is not "dumb"; colours (NO_COLOR, PY_COLORS)
         # are another matter.
         tty = bool(reporter.isatty()) and os.environ.get("TERM") != "dumb" and not live_logs
+        self._status_terminal, self._status_tty = reporter, tty
+        # The terminal itself, as it is now: phases are told while pytest captures the item's
+        # output (a server starting in its set-up) and from other threads (the ticker, the
+        # xdist broker's), so their lines are written around the capture, not through it.
+        self._out_fd = os.dup(sys.stdout.fileno())
+        self._unlisten = phases.listen(self)
+        if subtest_verbosity > 0:
+            return  # -v reports every example itself
         if not tty and self.config.get_verbosity() < 0:
             return  # -q: no plain lines
         self._reporter, self._tty = reporter, tty
+
+    # -- set-up phases (pytest_modal_eval.phases; any thread) ---------------------------------
+
+    def began(self, phase: phases.Phase) -> None:
+        with self._lock:
+            self._phases[id(phase)] = phase
+            if self._status_tty and (self._ticker is None or not self._ticker.is_alive()):
+                self._ticker = threading.Thread(
+                    target=self._tick, name="pytest-modal-eval-status", daemon=True
+                )
+                self._ticker.start()
+
+    def changed(self, phase: phases.Phase, previous: str | None, seconds: float) -> None:
+        if previous is not None and not self._status_tty and seconds >= PHASE_MIN_S:
+            self._status_line(f"{phase.text}: {previous} {seconds:.1f}s")
+
+    def ended(self, phase: phases.Phase, seconds: float) -> None:
+        with self._lock:
+            self._phases.pop(id(phase), None)
+            if self._status_tty:
+                self._draw(time.monotonic(), force=True)
+                return
+        if seconds < PHASE_MIN_S:
+            return
+        if phase.current is not None:
+            lasted = time.monotonic() - phase.detail_started
+            if lasted >= PHASE_MIN_S:
+                self._status_line(f"{phase.text}: {phase.current} {lasted:.1f}s")
+        self._status_line(f"{phase.text}: {seconds:.1f}s")
+
+    def _status_line(self, text: str) -> None:
+        if self._status_terminal is None:
+            return
+        with self._lock:
+            self.erase()
+            # pytest's column is what it last wrote; unchanged since this wrote a whole line,
+            # the cursor is at the start of one.
+            column = self.config.get_terminal_writer().width_of_current_line
+            newline = "\n" if column and column != self._status_column else ""
+            self._write_raw(f"{newline}status: {text}\n")
+            self._status_column = column
+
+    def _tick(self) -> None:
+        """Redraws the block while a phase lasts, so its seconds count on the terminal."""
+        while True:
+            time.sleep(TICK_S / 2 if not self._drawn else TICK_S)
+            with self._lock:
+                if not self._phases:
+                    return
+                self._draw(time.monotonic(), force=True)
+
+    def _phase_lines(self, now: float) -> list[str]:
+        lines = []
+        for phase in list(self._phases.values()):
+            detail = f": {phase.current}" if phase.current else ""
+            lines.append(f"{phase.text}{detail}  {now - phase.started:.0f}s")
+        return lines
 
     # -- what the reports say ---------------------------------------------------------------
 
@@ -222,11 +311,19 @@ class LiveProgress:
         """Around the terminal reporter's handling of every report: the block is erased before
         it writes, and the example's figures counted and the block drawn after."""
         if self._reporter is None:
-            yield
+            with self._lock:
+                self.erase()
+                yield
             return
         # An example's subtest report carries its figures as keyword values (its context).
         fields = read_fields(getattr(getattr(report, "context", None), "kwargs", None))
         silent = fields is not None and report.passed
+        with self._lock:
+            yield from self._reporting(report, fields, silent)
+
+    def _reporting(
+        self, report: pytest.TestReport, fields: ExampleFields | None, silent: bool
+    ) -> Iterator[None]:
         if not silent:
             self.erase()
         try:
@@ -264,15 +361,37 @@ class LiveProgress:
 
     def erase(self) -> None:
         """Before pytest writes anything of its own (a test's path, the interruption)."""
-        if self._drawn:
-            self.config.get_terminal_writer().write_raw("\x1b[J", flush=True)
-            self._drawn = False
+        with self._lock:
+            if self._drawn:
+                self._write_raw("\x1b[J")
+                self._drawn = False
 
-    def _draw(self, now: float) -> None:
-        if not self._tty:
+    def _write_raw(self, text: str) -> None:
+        """Straight to the terminal, after what pytest has written (see :meth:`start`)."""
+        terminal = self.config.get_terminal_writer()
+        terminal.flush()
+        if self._out_fd is None:
+            terminal.write_raw(text, flush=True)
+            return
+        data = text.encode(getattr(sys.stdout, "encoding", None) or "utf-8", "replace")
+        while data:
+            data = data[os.write(self._out_fd, data) :]
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around pytest's own writing that no report wraps (a test's path): the block is
+        erased first, and the phases' ticker waits until it is written."""
+        with self._lock:
+            self.erase()
+            yield
+
+    def _draw(self, now: float, force: bool = False) -> None:
+        if not (self._tty or (force and self._status_tty)):
             return
         terminal = self.config.get_terminal_writer()
-        lines = [p.line(now) for p in self.running.values()]
+        lines = self._phase_lines(now) if self._status_tty else []
+        if self._tty:
+            lines += [p.line(now) for p in self.running.values()]
         if not lines:
             self.erase()
             return
@@ -282,22 +401,31 @@ class LiveProgress:
         # Erase, draw below the current line, and go back to where pytest's cursor was.
         text = "\x1b[J" + "".join("\n" + line[:width] for line in lines)
         text += f"\x1b[{len(lines)}A\r" + (f"\x1b[{column}C" if column else "")
-        terminal.write_raw(text, flush=True)
+        self._write_raw(text)
         self._drawn = True
 
     @contextmanager
     def test_finishing(self) -> Iterator[None]:
         """Around the end of a test's reporting: erased while pytest ends its line, drawn after."""
-        self.erase()
-        try:
-            yield
-        finally:
-            self._draw(time.monotonic())
+        with self._lock:
+            self.erase()
+            try:
+                yield
+            finally:
+                self._draw(time.monotonic(), force=True)
 
     def finish(self) -> None:
         """When the session ends, before pytest's summary."""
-        self.running.clear()
-        self.erase()
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        with self._lock:
+            self.running.clear()
+            self._phases.clear()
+            self.erase()
+            if self._out_fd is not None:
+                os.close(self._out_fd)
+                self._out_fd = None
 
 
 def _ini_true(config: pytest.Config, name: str) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.config.options import Settings
 from pytest_modal_eval.exceptions import ServerStartError
@@ -176,9 +177,11 @@ class Deployments:
                 self._starting.add(key)
                 break
         try:
-            server, info = start_server(
-                request, self.settings, self.logs_dir, holder, self.redactor
-            )
+            where = "on Modal" if backend(request.backend).on_modal else f"({request.backend})"
+            with phases.phase(f"starting vLLM {where} for {request.model}"):
+                server, info = start_server(
+                    request, self.settings, self.logs_dir, holder, self.redactor
+                )
         except Exception as exc:
             with self._cond:
                 # Every benchmark on this profile would wait out the same failure again.

@@ -101,11 +101,11 @@ class ControllerSession:
                 nodeid, f"{nodeid} crashed its worker"
             )
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_logstart(self) -> None:
-        """Runs on the controller before the terminal reporter writes a test's path."""
-        if self.progress is not None:
-            self.progress.erase()
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_logstart(self) -> Generator[None, Any, Any]:
+        """Runs on the controller around the terminal reporter's writing of a test's path."""
+        with self.progress.writing() if self.progress else nullcontext():
+            return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_logfinish(self) -> Generator[None, Any, Any]:

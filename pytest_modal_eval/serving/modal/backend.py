@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.redact import Redactor, redact_args
 from pytest_modal_eval.serving.chat_template import parse_log_line
@@ -177,6 +178,7 @@ class ModalServer:
         self._validate_offline(spec)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
 
+        phases.detail("deploying the app")
         url = self._deployed_url(spec)
 
         from pytest_modal_eval.serving.env_proxy import env_proxy
@@ -194,6 +196,7 @@ class ModalServer:
         self._proxy = ProxyThread(settings)
         base = self._proxy.start()
         began = time.monotonic()
+        phases.detail("waiting for Modal's cold start (container, weights, vLLM)")
         try:
             self._wait_ready(base)
             self.timings["until_serving"] = round(time.monotonic() - began, 1)

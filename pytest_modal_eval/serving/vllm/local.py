@@ -35,12 +35,14 @@ from pathlib import Path
 
 import httpx
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.redact import Redactor, redact_args, secret_arg_values
 from pytest_modal_eval.serving.chat_template import load_fallback, resolve_for_model
 from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile
 from pytest_modal_eval.serving.preflight import error_cause, find_vllm, model_dir_problem
 from pytest_modal_eval.serving.vllm.command import vllm_args, vllm_command
+from pytest_modal_eval.serving.vllm.startup_log import latest_phase
 
 LOG_NAME = "vllm.log"
 TEMPLATE_NAME = "chat_template.jinja"
@@ -313,8 +315,15 @@ class LocalVllmServer:
         self._spawn(vllm_command(self.python, args))
         assert self._proc is not None
         base = f"http://127.0.0.1:{port}"
+        phases.detail("launching")
+        read = offset  # how far this launch's log has been read for vLLM's own phase
         with httpx.Client(trust_env=False, timeout=5.0) as client:
             while True:
+                if (size := self._log_size()) > read:
+                    found = latest_phase(self._log_since(read, size))
+                    read = size
+                    if found is not None:
+                        phases.detail(found)
                 code = self._proc.poll()
                 if code is not None:
                     self.stop()  # sweep engine processes a crashed API server left behind
@@ -394,13 +403,20 @@ class LocalVllmServer:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _log_since(self, offset: int) -> str:
+    def _log_since(self, offset: int, end: int | None = None) -> str:
         try:
             with self.log_path.open("rb") as fh:
                 fh.seek(offset)
-                return fh.read().decode(errors="replace")
+                data = fh.read() if end is None else fh.read(max(0, end - offset))
+                return data.decode(errors="replace")
         except OSError:
             return ""
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
 
     def _note(self, line: str) -> None:
         with self.log_path.open("a", encoding="utf-8") as fh:

@@ -21,7 +21,8 @@ Test-only controls:
   and each start record also carries its time (``t``), so a test sees which servers were up
   at once;
 - ``FAKE_VLLM_STARTUP_S``: seconds to wait before binding, like vLLM loading a model, which
-  widens the window in which concurrent benchmarks could start a second server;
+  widens the window in which concurrent benchmarks could start a second server; meanwhile it
+  logs vLLM's start-up steps (loading the model, then capturing graphs, half-way);
 - ``--enable-log-requests`` with ``VLLM_LOGGING_LEVEL=DEBUG``: each chat request's JSON body
   is printed as it arrives, as vLLM logs it (``Request chatcmpl-N JSON body: {...}``): the
   prompts, and whatever a benchmark put in them, reach the server's log;
@@ -103,7 +104,12 @@ async def serve(
     host: str, port: int, served: str, startup_s: float, log_requests: bool = False
 ) -> None:
     if startup_s:
-        await asyncio.sleep(startup_s)
+        # vLLM's own start-up steps, as its log names them (the plugin shows the latest).
+        print(f"INFO fake vLLM: Starting to load model {served}...", flush=True)
+        await asyncio.sleep(startup_s / 2)
+        print("INFO fake vLLM: Loading weights took 0.01 seconds", flush=True)
+        print("INFO fake vLLM: Capturing CUDA graphs (mixed prefill-decode)", flush=True)
+        await asyncio.sleep(startup_s / 2)
     app = build_app(FakeModel(served, {}))
     if log_requests:
         app.middlewares.append(log_request_bodies)
