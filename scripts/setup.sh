@@ -27,14 +27,4 @@ if [ "${SKIP_VLLM:-0}" != "1" ] && ! .venv-vllm/bin/python -c "import vllm" >/de
   # vLLM serves text models without them.
   .venv-vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec || true
 fi
-# The report's browser tests drive Debian's Chromium through Playwright (never a browser that
-# Playwright downloads); SKIP_BROWSER=1 leaves it out.
-if [ "${SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1; then
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
-    echo "setup: installing chromium for the browser tests"
-    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
-  else
-    echo "setup: no chromium; install Debian's chromium package for the browser tests"
-  fi
-fi
 echo "setup: done"

@@ -5,6 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The report's browser tests drive Debian's Chromium through Playwright (never a browser that
+# Playwright downloads): installed here, for the tests, not by setup.sh (the demo needs none).
+if ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+    echo "test: installing chromium for the browser tests"
+    apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+  else
+    echo "test: no chromium; install Debian's chromium package for the browser tests"
+  fi
+fi
 export MODAL_EVAL_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 # The vLLM tier must run here, not skip: a missing vLLM fails instead.
 export MODAL_EVAL_REQUIRE_VLLM=1
