@@ -122,6 +122,7 @@ class DeferredRunner:
     def prepare(self, item: BenchmarkItem) -> None:
         from pytest_modal_eval.collect import item_run
 
+        item_run.freeze_imported()
         item_run.prepare(self.session, item, self.identities)
 
     def evaluate(self, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:

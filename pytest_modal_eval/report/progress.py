@@ -239,7 +239,10 @@ class LiveProgress:
         # The terminal itself, as it is now: phases are told while pytest captures the item's
         # output (a server starting in its set-up) and from other threads (the ticker, the
         # xdist broker's), so their lines are written around the capture, not through it.
-        self._out_fd = os.dup(sys.stdout.fileno())
+        try:
+            self._out_fd = os.dup(sys.stdout.fileno())
+        except (OSError, ValueError):  # no file descriptor (pytest run in-process by a test)
+            self._out_fd = None
         self._unlisten = phases.listen(self)
         if subtest_verbosity > 0:
             return  # -v reports every example itself
