@@ -1,19 +1,40 @@
-"""Start-up: collecting 200 benchmarks, and what installing the plugin costs other test suites.
+"""Start-up: a first run's whole process, collecting 200 benchmarks, and what installing the
+plugin costs other test suites.
 
-1. ``pytest --co -q`` over a project with 200 benchmark YAMLs (target < 1 s, the whole
-   command, Python start-up included). For scale: the same command in an empty project.
-2. ``pytest --co -q`` of a small plain suite (20 files x 10 tests, no YAML) as installed
-   (pytest-modal-eval and its dependency syrupy both register pytest plugins), with
-   ``-p no:modal_eval``, and with ``-p no:modal_eval -p no:syrupy``. Variants alternate,
-   ``--repeats`` runs each, medians. Target: the plugin adds < 50 ms; syrupy is reported
-   separately.
+1. **One example** (``--part one``): ``pytest evals --model M --base-url URL`` on a one-example
+   file-qa benchmark (the bundled environment most first runs use) against an instant local
+   endpoint (``tests/support/openai_server.py``), the whole process, exit included. Beside it,
+   in the same environment: ``pytest --version``, a raw client (a minimal httpx script sending
+   the same one request and reading its answer) and ``vf-eval`` on the same environment and
+   example where verifiers 0.3's is installed. Each in two installs: this interpreter's
+   environment (``uv sync``: verifiers 0.3.1) and a plain ``pip install`` of the repository into
+   a fresh venv (verifiers 0.4.0 resolves there; ``--plain-venv DIR`` reuses one,
+   ``--build-plain`` makes one in a temporary directory). Medians of ``--repeats`` rounds of
+   wall and CPU (user + system) seconds, contenders interleaved; ratios to ``pytest --version``.
+   Target: the plugin <= 2 s wall on a quiet machine, below ``vf-eval``. Run with
+   PYTHONDONTWRITEBYTECODE unset, as a shell has it (``--dont-write-bytecode`` sets it: every
+   run then compiles the plugin's modules anew, since pytest rewrites a plugin's asserts).
+2. **Collection** (``--part collect``): ``pytest --co -q`` over a project with 200 benchmark
+   YAMLs (target < 1 s, the whole command, Python start-up included). For scale: the same
+   command in an empty project.
+3. **Other suites** (``--part collect``): ``pytest --co -q`` of a small plain suite (20 files x
+   10 tests, no YAML) as installed (pytest-modal-eval and its dependency syrupy both register
+   pytest plugins), with ``-p no:modal_eval``, and with ``-p no:modal_eval -p no:syrupy``.
+   Target: the plugin adds < 50 ms; syrupy is reported separately.
 
-Run: ``.venv/bin/python -m benchmarks.startup`` (about 1 minute).
+On a shared machine the wall times move with the load (the header prints the load average);
+CPU seconds move less, and the ratios less still.
+
+Run: ``.venv/bin/python -m benchmarks.startup`` (both parts, a few minutes;
+``--build-plain`` adds the venv's installation, about 2 minutes).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -22,10 +43,17 @@ from pathlib import Path
 
 from benchmarks._common import (
     DEMO_DATA,
+    MODEL_NAME,
     PYTHON,
+    REPO,
+    SYSTEM_PROMPT,
     bench_env,
+    chat_bodies,
+    demo_rows,
+    fake_server,
     header,
     log,
+    make_project,
     median,
     print_table,
     verdict,
@@ -71,11 +99,139 @@ class TestThings:
 """
 
 
+#: The raw client: the same one request the plugin sends for the example, its answer read.
+RAW_CLIENT = """
+import json, sys, httpx
+url, body = sys.argv[1], json.loads(sys.argv[2])
+answer = httpx.post(url + "/chat/completions", json=body, timeout=30).json()
+print(answer["choices"][0]["message"]["content"])
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["one", "collect", "all"], default="all")
     parser.add_argument("--benchmarks", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--repeats", type=int, default=25, help="collection rounds")
+    parser.add_argument("--one-repeats", type=int, default=5, help="one-example rounds")
+    parser.add_argument("--plain-venv", type=Path, help="a venv with `pip install .` in it")
+    parser.add_argument("--build-plain", action="store_true", help="make that venv here")
+    parser.add_argument("--dont-write-bytecode", action="store_true")
     args = parser.parse_args()
+    if args.part in ("one", "all"):
+        one_example(args)
+    if args.part in ("collect", "all"):
+        collection(args)
+    return 0
+
+
+def one_example(args: argparse.Namespace) -> None:
+    header("start-up: one example of a bundled environment, the whole process")
+    with tempfile.TemporaryDirectory(prefix="bench-one-") as tmp:
+        root = Path(tmp)
+        installs = {"uv sync (this environment)": PYTHON}
+        plain = args.plain_venv
+        if args.build_plain:
+            plain = _build_plain(root / "plain-venv")
+        if plain is not None:
+            installs["pip install . (plain venv)"] = str(plain / "bin" / "python")
+        data = root / "one.jsonl"
+        data.write_text(json.dumps(demo_rows()[0]) + "\n", encoding="utf-8")
+        project = make_project(root / "project", data, max_concurrent=1)
+        with fake_server() as url:
+            for name, python in installs.items():
+                _one_install(name, python, project, data, f"{url}/v1", args)
+
+
+def _one_install(
+    name: str, python: str, project: Path, data: Path, base_url: str, args: argparse.Namespace
+) -> None:
+    versions = subprocess.run(
+        [python, "-c", "from importlib.metadata import version as v; "
+         "print(v('verifiers'), v('pytest'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    body = chat_bodies(demo_rows()[:1])[0]
+    contenders = {
+        "pytest --version": [python, "-m", "pytest", "--version"],
+        "raw client (httpx, one request)": [python, "-c", RAW_CLIENT, base_url, json.dumps(body)],
+        "pytest-modal-eval (1 example)": [
+            python, "-m", "pytest", "evals", "--model", MODEL_NAME, "--base-url", base_url,
+            "-q", "--eval-fresh", "-p", "no:cacheprovider",
+        ],
+    }  # fmt: skip
+    vf_eval = Path(python).parent / "vf-eval"
+    if vf_eval.exists() and versions[0].startswith("0.3"):
+        env_args = json.dumps({"path": str(data), "system_prompt": SYSTEM_PROMPT})
+        contenders["vf-eval (1 example)"] = [
+            str(vf_eval), "file-qa", "-a", env_args, "-m", MODEL_NAME, "--api-base-url",
+            base_url, "--api-key-var", "BENCH_NO_API_KEY", "-n", "1", "-r", "1",
+            "--disable-tui", "--max-tokens", "16", "--temperature", "0",
+            "-o", str(project / "vf-eval-out"),
+        ]  # fmt: skip
+    env = bench_env()
+    env.pop("PYTHONPATH", None)  # the install's own code, not this checkout's
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if args.dont_write_bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    log(f"{name}: verifiers {versions[0]}, pytest {versions[1]}: a warm-up round, then "
+        f"{args.one_repeats}")  # fmt: skip
+    walls: dict[str, list[float]] = {c: [] for c in contenders}
+    cpus: dict[str, list[float]] = {c: [] for c in contenders}
+    for round_number in range(args.one_repeats + 1):
+        for contender, command in contenders.items():
+            wall, cpu = _timed(command, project, env)
+            if round_number:  # the first round fills the byte-code and rewrite caches
+                walls[contender].append(wall)
+                cpus[contender].append(cpu)
+    base_wall, base_cpu = median(walls["pytest --version"]), median(cpus["pytest --version"])
+    ours = median(walls["pytest-modal-eval (1 example)"])
+    rows = []
+    for contender in contenders:
+        wall, cpu = median(walls[contender]), median(cpus[contender])
+        rows.append(
+            [contender, f"{wall:.2f}", f"{cpu:.2f}", f"{wall / base_wall:.1f}x",
+             f"{cpu / base_cpu:.1f}x"]
+        )  # fmt: skip
+    print(
+        f"{name}: verifiers {versions[0]}; PYTHONDONTWRITEBYTECODE "
+        f"{'set' if args.dont_write_bytecode else 'unset'}; medians of {args.one_repeats}\n"
+    )
+    print_table(["command", "wall s", "CPU s", "wall / pytest --version", "CPU / same"], rows)
+    checks = [["pytest-modal-eval <= 2 s wall (quiet machine)", f"{ours:.2f}", verdict(ours <= 2)]]
+    if "vf-eval (1 example)" in walls:
+        theirs = median(walls["vf-eval (1 example)"])
+        checks.append(["pytest-modal-eval < vf-eval", f"{ours:.2f} vs {theirs:.2f}",
+                       verdict(ours < theirs)])  # fmt: skip
+    print_table(["target", "measured", "verdict"], checks)
+
+
+def _timed(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU (user + system, the process and its children) seconds of ``command``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise RuntimeError(f"{command[:4]} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _build_plain(venv: Path) -> Path:
+    """A fresh venv with ``pip install`` of this repository (from the registry otherwise)."""
+    log(f"building a plain install in {venv} (pip; a few minutes)")
+    subprocess.run([PYTHON, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", str(REPO)],
+        check=True, env=env,
+    )  # fmt: skip
+    return venv
+
+
+def collection(args: argparse.Namespace) -> None:
     header("start-up: collection of many benchmarks, and the cost to unrelated suites")
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
@@ -135,7 +291,6 @@ def main() -> int:
             ],
         ],
     )
-    return 0
 
 
 def _collect(project: Path, extra: list[str], expect: int | None = None) -> float:

@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if command -v uv >/dev/null 2>&1; then UV=(uv); else UV=(python3 -m uv); fi
-exec "${UV[@]}" run --locked pytest evals/arithmetic.yaml \
+# -p no:hypothesispytest: hypothesis (a test dependency) imports itself at every session's end
+# through its pytest plugin; the demo has no use for it.
+exec "${UV[@]}" run --locked pytest evals/arithmetic.yaml -p no:hypothesispytest \
   --backend local --model models/tiny-arith --vllm-python .venv-vllm/bin/python \
   --eval-fresh "$@"

@@ -66,6 +66,9 @@ def render(
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        # The compiled template, kept between sessions (jinja2's own per-user cache directory,
+        # keyed by the template's source): compiling it took ~0.3 s of every session's end.
+        bytecode_cache=jinja2.FileSystemBytecodeCache(),
     )
     env.filters["fmt"] = fmt_any
     env.filters["duration"] = _duration
