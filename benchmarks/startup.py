@@ -114,6 +114,9 @@ def main() -> int:
     parser.add_argument("--benchmarks", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=25, help="collection rounds")
     parser.add_argument("--one-repeats", type=int, default=5, help="one-example rounds")
+    parser.add_argument(
+        "--uv-python", default=PYTHON, help="the uv-synced interpreter (default: this one)"
+    )
     parser.add_argument("--plain-venv", type=Path, help="a venv with `pip install .` in it")
     parser.add_argument("--build-plain", action="store_true", help="make that venv here")
     parser.add_argument("--dont-write-bytecode", action="store_true")
@@ -129,7 +132,7 @@ def one_example(args: argparse.Namespace) -> None:
     header("start-up: one example of a bundled environment, the whole process")
     with tempfile.TemporaryDirectory(prefix="bench-one-") as tmp:
         root = Path(tmp)
-        installs = {"uv sync (this environment)": PYTHON}
+        installs = {"uv sync": args.uv_python}
         plain = args.plain_venv
         if args.build_plain:
             plain = _build_plain(root / "plain-venv")

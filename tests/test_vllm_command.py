@@ -145,3 +145,28 @@ def test_real_vllm_parser_reads_our_flags(vllm_python: str, tmp_path: Path) -> N
         "chat_template": str(template),
         "max_num_seqs": 7,
     }
+
+
+def test_vllms_own_start_up_phase_is_read_from_its_log() -> None:
+    """The last step vLLM's log names is the phase shown; a warning that merely mentions
+    torch.compile (``--enforce-eager``) is not a compilation."""
+    from pytest_modal_eval.serving.vllm.startup_log import latest_phase
+
+    steps = [
+        ("INFO non-default args: {'host': '127.0.0.1'}", "reading its configuration"),
+        ("WARNING Enforce eager set, disabling torch.compile", "reading its configuration"),
+        ("INFO Initializing a V1 LLM engine (v0.32.0) with config", "starting the engine"),
+        ("Loading safetensors checkpoint shards:   0% Completed", "loading weights"),
+        ("INFO Loading weights took 0.01 seconds", "weights loaded"),
+        ("INFO CPU KV cache size: 524,288 tokens", "sizing the KV cache"),
+        ("INFO Compiling a graph for dynamic shape takes 12.3 s", "compiling (torch.compile)"),
+        ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)", "capturing graphs"),
+        ("INFO init engine (profile, create kv cache, warmup model) took 2.26 s", "engine ready"),
+        ("INFO Starting vLLM server on http://127.0.0.1:54427", "starting the API server"),
+        ("INFO:     Application startup complete.", "application startup complete"),
+    ]
+    log = ""
+    assert latest_phase(log) is None
+    for line, phase in steps:
+        log += line + "\n"
+        assert latest_phase(log) == phase, line

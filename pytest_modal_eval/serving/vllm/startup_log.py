@@ -14,15 +14,17 @@ import re
 PHASES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), name)
     for pattern, name in (
-        (r"Initializing a V\d LLM engine|Initializing an LLM engine|non-default args",
-         "starting the engine"),
-        (r"Starting to load model|Loading weights|Loading safetensors", "loading weights"),
+        (r"non-default args", "reading its configuration"),
+        (r"Initializing a V\d LLM engine|Initializing an LLM engine", "starting the engine"),
+        (r"Starting to load model|Initializing model took|Loading safetensors|Loading weights",
+         "loading weights"),
         (r"Model loading took|Loading weights took", "weights loaded"),
-        (r"torch\.compile|Dynamo bytecode|Compiling a graph|Warming up model for the compil",
-         "compiling (torch.compile)"),
-        (r"KV cache|init engine \(profile", "sizing the KV cache"),
+        (r"torch\.compile takes|Compiling a graph|Dynamo bytecode transform|Start compiling"
+         r"|Warming up model for the compil", "compiling (torch.compile)"),
+        (r"KV cache size|for KV cache|KV cache layout", "sizing the KV cache"),
         (r"Capturing (CUDA )?graphs|Capturing model|Graph capturing", "capturing graphs"),
-        (r"Starting vLLM API server|Available routes", "starting the API server"),
+        (r"init engine \(profile", "engine ready"),
+        (r"Starting vLLM (API )?server|Available routes", "starting the API server"),
         (r"Application startup complete", "application startup complete"),
     )
 )  # fmt: skip
