@@ -66,6 +66,7 @@ from pytest_modal_eval.client.environment_errors import (
     not_installed,
     under,
 )
+from pytest_modal_eval.client.observe import current_rollout
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
 from pytest_modal_eval.client.verifiers_v1_env import LoadedEnv, build_env, runtime_problem, serving
 from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID, run_client
@@ -487,6 +488,9 @@ class PluginClient(vf.Client):  # type: ignore[misc]
             body = dict(seeded(body, rollout.index))
         example_token = current_example.set(rollout.example_id if rollout else None)
         waits_token = slot_waits.set(rollout.waits if rollout else None)
+        rollout_token = current_rollout.set(
+            (rollout.example_id, rollout.index) if rollout else None
+        )
         try:
             answer = await self.direct.post(
                 dialect.upstream_path, body=body, cast_to=self._http.Response, options={}
@@ -494,6 +498,7 @@ class PluginClient(vf.Client):  # type: ignore[misc]
         except Exception as exc:
             raise _provider_error(exc) from exc
         finally:
+            current_rollout.reset(rollout_token)
             slot_waits.reset(waits_token)
             current_example.reset(example_token)
         try:
@@ -895,6 +900,8 @@ async def run_examples(
                     minted_ids.append(trace.id)
 
                 try:
+                    # Its harness's tool calls are this rollout's (for an observer: traces).
+                    current_rollout.set((example_id, rollout.index))
                     if env.played is None:
                         trace = await agent.run(task, tools=shared, on_trace=minted)
                         return [rollout_output(example_id, task, trace, rollout, max_turns)]

@@ -129,6 +129,7 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
             timeout_s=settings.lock_timeout_s,
             say=lambda line: _say(session, f"{item.benchmark.name}: {line}"),
         ),
+        observer=session.observer,
     )
     try:
         run = BenchmarkRun(run_request)
