@@ -74,9 +74,7 @@ def test_a_session_is_one_trace_of_every_rollout_and_request(
     tolerant = "gate: {min_avg_reward: 0.0, max_error_rate: 1.0}"
     project.add("alpha", n=6, extra_yaml=rollouts, gate=tolerant)
     project.add("beta", n=4, extra_yaml=rollouts, gate="gate: {min_avg_reward: 0.99}")
-    result = project.run_subprocess(
-        "--api-key-env", "OPENAI_API_KEY", "-p", "no:randomly", *xdist
-    )
+    result = project.run_subprocess("--api-key-env", "OPENAI_API_KEY", "-p", "no:randomly", *xdist)
     assert result.ret == 1, result.stdout.str()  # beta's gate fails
     assert "traces:" not in result.stdout.str()  # everything was exported
     sent = project.server.stats()["chat_requests"]
@@ -184,19 +182,35 @@ def _check_request(span: ReceivedSpan, errored: bool) -> None:
 
 
 TIMING_CONFTEST = """
-import atexit, json, os, time
+import json, os, time
 
 import pytest
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_sessionfinish(session):
-    start = time.monotonic()
-    role = os.environ.get("PYTEST_XDIST_WORKER", "controller")
-    def record():
-        with open(os.path.join(str(session.config.rootpath), f"end-{role}.json"), "w") as f:
-            json.dump(time.monotonic() - start, f)
-    atexit.register(record)
-    return (yield)
+# How long each process's end of traces takes (a worker's export of its last spans, the
+# controller's or the only process's), written to end-<process>.json.
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    plugins = config.pluginmanager
+    tracing = getattr(plugins.get_plugin("modal_eval_worker"), "tracing", None)
+    if tracing is None:
+        return
+    process = os.environ.get("PYTEST_XDIST_WORKER") or "controller"
+
+    def timed(method):
+        def run(*args):
+            start = time.monotonic()
+            try:
+                return method(*args)
+            finally:
+                path = os.path.join(str(config.rootpath), f"end-{process}.json")
+                seconds = time.monotonic() - start
+                if seconds > 0.0001 or not os.path.exists(path):
+                    with open(path, "w") as f:
+                        json.dump(seconds, f)
+        return run
+
+    tracing.finish_worker = timed(tracing.finish_worker)
+    tracing.finish_session = timed(tracing.finish_session)
 """
 
 
@@ -208,7 +222,7 @@ def _end_seconds(root: Path) -> dict[str, float]:
 
 
 def _added(ends: dict[str, float]) -> float:
-    """What a session's end took: the controller's, after the slowest worker's."""
+    """What a session's end took: the slowest worker's, then the controller's."""
     workers = [s for role, s in ends.items() if role != "controller"]
     return ends["controller"] + max(workers, default=0.0)
 
@@ -221,15 +235,11 @@ def test_a_dead_collector_costs_one_line_and_at_most_two_seconds(
     project = traced
     project.pytester.makeconftest(TIMING_CONFTEST)
     project.add("alpha", n=4)
-    untraced = project.run_subprocess(*xdist)
-    assert untraced.ret == 0, untraced.stdout.str()
-    baseline = _added(_end_seconds(project.pytester.path))
-
     hole = BlackHole() if collector == "black-holed" else None
     try:
         url = hole.endpoint if hole is not None else closed_port_url()
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
-        result = project.run_subprocess("--eval-fresh", *xdist)
+        result = project.run_subprocess(*xdist)
     finally:
         if hole is not None:
             hole.stop()
@@ -239,8 +249,9 @@ def test_a_dead_collector_costs_one_line_and_at_most_two_seconds(
     assert lines[0].startswith("traces: ") and "not exported to " + url in lines[0]
     everything = result.stdout.str() + result.stderr.str()
     assert "opentelemetry" not in everything.lower() and "Traceback" not in everything
-    added = _added(_end_seconds(project.pytester.path)) - baseline
-    assert added <= 2.0, f"the session's end took {added:.2f} s longer"
+    ends = _end_seconds(project.pytester.path)
+    assert ("controller" in ends) and (len(ends) == (3 if xdist else 1)), ends
+    assert _added(ends) <= 2.0, ends
 
 
 def test_without_a_collector_opentelemetry_is_never_imported(traced: BenchmarkProject) -> None:
@@ -269,13 +280,15 @@ def test_settings_follow_the_variables_and_the_option(monkeypatch: pytest.Monkey
     # The traces variable is used as given; the option beats both; the ini comes last.
     specific = {**env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://lf/api/public/otel/v1/traces"}
     assert settings.resolve(None, None, specific).endpoint == "http://lf/api/public/otel/v1/traces"  # type: ignore[union-attr]
-    assert settings.resolve("http://opt:6006", None, specific).endpoint == "http://opt:6006/v1/traces"  # type: ignore[union-attr]
+    assert (
+        settings.resolve("http://opt:6006", None, specific).endpoint == "http://opt:6006/v1/traces"
+    )  # type: ignore[union-attr]
     assert settings.resolve(None, "http://ini:4318", {}).endpoint == "http://ini:4318/v1/traces"  # type: ignore[union-attr]
     assert settings.resolve(None, None, {**env, "OTEL_SDK_DISABLED": "true"}) is None
     assert settings.resolve(None, None, {**env, "OTEL_TRACES_EXPORTER": "none"}) is None
     capture = {**env, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_AND_EVENT"}
     assert settings.resolve(None, None, capture).capture_content  # type: ignore[union-attr]
-    with pytest.raises(OptionError, match="OTEL_EXPORTER_OTLP_PROTOCOL=grpc: .*http/protobuf"):
+    with pytest.raises(OptionError, match=r"OTEL_EXPORTER_OTLP_PROTOCOL=grpc: .*http/protobuf"):
         settings.resolve(None, None, {**env, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
     with pytest.raises(OptionError, match="OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318'"):
         settings.resolve(None, None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,7 @@ class ExportReport:
     failed: bool = False
     reason: str | None = None  # why the collector was given up on
     late: bool = False  # the last export had not ended when the process stopped waiting
+    troubled: bool = False  # an export is being retried (not handed across processes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ class GivingUpExporter(SpanExporter):
     def __init__(self, inner: SpanExporter, report: ExportReport) -> None:
         self.inner = inner
         self.report = report
+        self.closed = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self.report.failed:
@@ -91,7 +94,9 @@ class GivingUpExporter(SpanExporter):
         return result
 
     def shutdown(self) -> None:
-        self.inner.shutdown()
+        if not self.closed:
+            self.closed = True
+            self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
@@ -110,18 +115,45 @@ class _Ended(SpanProcessor):
 class _Reason(logging.Handler):
     """Keeps the first thing the SDK's loggers say at WARNING or above, redacted."""
 
-    def __init__(self, report: ExportReport, redactor: Redactor) -> None:
+    def __init__(
+        self, report: ExportReport, redactor: Redactor, on_trouble: Callable[[], None]
+    ) -> None:
         super().__init__(logging.WARNING)
         self.report = report
         self.redactor = redactor
+        self.on_trouble = on_trouble
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self.report.failed and self.report.reason is not None:
+            return  # given up already: what follows is about giving up
+        # A failure, or a retry coming (a transient error): the collector is in trouble.
+        self.report.troubled = True
+        self.on_trouble()
         if self.report.reason is None:
             try:
                 message = record.getMessage()
             except Exception:
                 message = str(record.msg)
-            self.report.reason = self.redactor.text(" ".join(message.split()))[:300]
+            self.report.reason = self.redactor.text(short_reason(message))
+
+
+#: What the SDK's messages about a failed export say, in a few words.
+_REASONS = (
+    (re.compile(r"Connection refused|ConnectionRefused", re.I), "connection refused"),
+    (re.compile(r"timed out|Timeout", re.I), "no answer in time"),
+    (re.compile(r"Name or service not known|getaddrinfo|NameResolution", re.I), "unknown host"),
+    (re.compile(r"code:? (\d{3}),? reason:? ([^,]*)", re.I), r"HTTP \1 \2"),
+    (re.compile(r"SSL|certificate", re.I), "TLS error"),
+)
+
+
+def short_reason(message: str) -> str:
+    """A few words for a failed export, from the SDK's message about it."""
+    for pattern, words in _REASONS:
+        found = pattern.search(message)
+        if found is not None:
+            return found.expand(words).strip()
+    return " ".join(message.split())[:160]
 
 
 class Pipeline:
@@ -129,9 +161,11 @@ class Pipeline:
 
     def __init__(self, settings: TraceSettings, redactor: Redactor, version: str) -> None:
         self.report = ExportReport(settings.endpoint)
+        self._closing = self._given_up = False
+        self._lock = threading.Lock()
         self._quiet(redactor)
         timeout = None if _env_timeout() else EXPORT_TIMEOUT_S
-        exporter = GivingUpExporter(
+        self.exporter = exporter = GivingUpExporter(
             OTLPSpanExporter(endpoint=settings.endpoint, timeout=timeout), self.report
         )
         delay = None if os.environ.get("OTEL_BSP_SCHEDULE_DELAY") else SCHEDULE_DELAY_MS
@@ -140,11 +174,26 @@ class Pipeline:
         self.provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=delay))
         self.tracer = self.provider.get_tracer("pytest_modal_eval", version)
 
+    def _trouble(self) -> None:
+        """The SDK said an export failed or will be retried: at the end, give up at once."""
+        if self._closing:
+            self._give_up()
+
+    def _give_up(self) -> None:
+        """Stop an export's retries (the SDK's shutdown would first wait for them) and every
+        later export: the collector is down."""
+        with self._lock:
+            if self._given_up:
+                return
+            self._given_up = True
+        self.report.failed = True
+        self.exporter.shutdown()
+
     def _quiet(self, redactor: Redactor) -> None:
         # Handlers of their own and no propagation: the lines never reach pytest's capture nor,
         # after the session (an export abandoned at the end may still fail), Python's
         # last-resort handler on stderr.
-        self._handler = _Reason(self.report, redactor)
+        self._handler = _Reason(self.report, redactor, self._trouble)
         for name in QUIET_LOGGERS:
             logger = logging.getLogger(name)
             if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
@@ -157,10 +206,13 @@ class Pipeline:
         waiting at most ``budget_s`` seconds."""
         if drop:
             self.report.failed = True
+        self._closing = True
         done = threading.Event()
 
         def shut() -> None:
             try:
+                if self.report.failed or self.report.troubled:
+                    self._give_up()
                 self.provider.shutdown()
             finally:
                 done.set()
