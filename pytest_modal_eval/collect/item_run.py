@@ -27,7 +27,7 @@ from pytest_modal_eval.collect.comparisons import (
 )
 from pytest_modal_eval.collect.context import EvalContext, endpoint_source
 from pytest_modal_eval.collect.early_comparisons import early_comparisons
-from pytest_modal_eval.collect.example_reports import STATUS_KEY, PassedExampleLog, example_status
+from pytest_modal_eval.collect.example_reports import STATUS_KEY, PassedExampleLog
 from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.exceptions import (
@@ -57,7 +57,7 @@ from pytest_modal_eval.runs.identity import (
     pin_revision,
     served_revision_problem,
 )
-from pytest_modal_eval.runs.outcome import ExampleResult, RunOutcome
+from pytest_modal_eval.runs.outcome import ExampleResult, RunOutcome, example_status
 from pytest_modal_eval.runs.request import RunRequest
 from pytest_modal_eval.runs.writer_lock import WriterSpec
 from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
