@@ -57,8 +57,11 @@ def _attributes(items: list[dict[str, Any]]) -> dict[str, Any]:
 class OtlpReceiver(ThreadedApp):
     """Serves ``POST /v1/traces`` (protobuf, as the HTTP exporter sends it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bool = True) -> None:
+        """``keep=False``: count the spans, keep nothing (a benchmark's collector)."""
         super().__init__()
+        self.keep = keep
+        self.count = 0
         self.lock = threading.Lock()
         self.requests: list[tuple[dict[str, str], bytes]] = []
         self.spans: list[ReceivedSpan] = []
@@ -73,6 +76,12 @@ class OtlpReceiver(ThreadedApp):
         body = await request.read()
         message = ExportTraceServiceRequest()
         message.ParseFromString(body)
+        if not self.keep:
+            with self.lock:
+                self.count += sum(
+                    len(scope.spans) for rs in message.resource_spans for scope in rs.scope_spans
+                )
+            return web.Response(content_type="application/x-protobuf")
         decoded = MessageToDict(message)
         found: list[ReceivedSpan] = []
         for resource_spans in decoded.get("resourceSpans", []):
@@ -104,6 +113,7 @@ class OtlpReceiver(ThreadedApp):
         with self.lock:
             self.requests.append((dict(request.headers), body))
             self.spans.extend(found)
+            self.count += len(found)
         return web.Response(
             body=ExportTraceServiceResponse().SerializeToString(),
             content_type="application/x-protobuf",
