@@ -83,8 +83,20 @@ def clean(redactor: Redactor, value: Any) -> Any:
 
 
 def cleaned(redactor: Redactor, attributes: Mapping[str, Any]) -> Attributes:
-    found = {key: clean(redactor, value) for key, value in attributes.items()}
-    return {key: value for key, value in found.items() if value is not None}
+    """``attributes`` as :func:`clean` makes each value, those without one left out."""
+    found: Attributes = {}
+    text = redactor.text
+    for key, value in attributes.items():
+        kind = type(value)
+        if kind is str:
+            found[key] = text(value)
+        elif kind is int or kind is bool:
+            found[key] = value
+        else:
+            value = clean(redactor, value)
+            if value is not None:
+                found[key] = value
+    return found
 
 
 @lru_cache(maxsize=64)
@@ -258,7 +270,8 @@ def record_attributes(records: Sequence[Mapping[str, Any]]) -> tuple[Attributes,
         for name, value in (record.get("metrics") or {}).items():
             attributes[f"{prefix}metric.{name}"] = value
         attributes[prefix + "stop_condition"] = record.get("stop_condition")
-        attributes[prefix + "truncated"] = record.get("is_truncated")
+        if record.get("is_truncated"):
+            attributes[prefix + "truncated"] = True
         if record.get("agent") is not None:
             attributes[prefix + "seat"] = record.get("agent")
         failure = record.get("error")

@@ -46,7 +46,6 @@ class RequestSpan:
         found, answer = attrs.response_attributes(content)
         if replayed:
             found["modal_eval.request.replayed"] = True
-        found["http.response.status_code"] = status
         if self.capture:
             found[attrs.OUTPUT_MESSAGES] = attrs.output_messages(answer)
         span.set_attributes(attrs.cleaned(self.redactor, found))
@@ -161,8 +160,6 @@ class RunSpans:
 
     def model_request(self, url: str, body: Any, rollout: tuple[int, int] | None) -> RequestSpan:
         name, found = attrs.request_attributes(url, body)
-        if rollout is not None:
-            found[attrs.EXAMPLE_ID], found[attrs.ROLLOUT_INDEX] = rollout
         if self.capture:
             found[attrs.INPUT_MESSAGES] = attrs.input_messages(body)
         span = self.tracer.start_span(
