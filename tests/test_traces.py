@@ -302,6 +302,14 @@ def test_settings_follow_the_variables_and_the_option(monkeypatch: pytest.Monkey
     assert settings.header_values(headers) == ["Basic abc123def456", "abc123def456", "k9"]
 
 
+def test_the_option_is_documented_and_checked(traced: BenchmarkProject) -> None:
+    traced.pytester.runpytest("--help").stdout.fnmatch_lines(["*--otel-endpoint=URL*"])
+    traced.add("alpha", n=1)
+    bad = traced.run("--otel-endpoint", "localhost:4318")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--otel-endpoint: 'localhost:4318' is not an http(s) URL*"])
+
+
 def test_a_protocol_it_cannot_speak_is_a_usage_error(
     traced: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:

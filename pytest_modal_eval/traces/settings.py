@@ -62,7 +62,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         ENDPOINT_INI,
         "OTLP/HTTP base URL to export OpenTelemetry traces to when neither --otel-endpoint "
-        "nor the OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT variables name one (default: none).",
+        "nor the OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT variables name one. Default: none.",
         default="",
     )
 
