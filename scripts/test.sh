@@ -8,8 +8,10 @@ bash scripts/setup.sh
 export MODAL_EVAL_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 # The vLLM tier must run here, not skip: a missing vLLM fails instead.
 export MODAL_EVAL_REQUIRE_VLLM=1
-# Likewise the report's browser tests: a missing Chromium fails them.
+# Likewise the report's browser tests: a missing Chromium fails them; and the traces' Phoenix tier.
 export MODAL_EVAL_REQUIRE_BROWSER=1
+export MODAL_EVAL_PHOENIX="$PWD/.venv-phoenix/bin/python"
+export MODAL_EVAL_REQUIRE_PHOENIX=1
 if command -v uv >/dev/null 2>&1; then UV=(uv); else UV=(python3 -m uv); fi
 # The docs site: a broken link, an unknown reference marker or any other warning fails here.
 # (Not --quiet: mkdocs then stops counting warnings, and --strict passes anything.)

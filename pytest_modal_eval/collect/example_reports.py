@@ -10,7 +10,7 @@ logs it. The report is the same object type with the same fields (``SubtestRepor
 keyword values), so terminal lines, ``-v`` output, JUnit XML and xdist see no difference.
 Errored examples still go through ``subtests.test()`` (they fail or skip with a reason).
 
-Each report carries its status (``runs.outcome.example_status``) as the ``status`` keyword;
+Each report carries its status (``runs.example_status``) as the ``status`` keyword;
 :class:`ExampleStatusWords` turns it into the word ``-v`` prints: SOLVED, PARTIAL, MISSED or
 ERRORED. A missed example's report still has the outcome ``passed`` -- a miss is a measurement,
 and only the gate fails the item -- but it is counted apart, as ``subtests missed``.
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.report.progress import ELAPSED_KEY
-from pytest_modal_eval.runs.outcome import ERRORED, MISSED, PARTIAL, SOLVED
+from pytest_modal_eval.runs.example_status import ERRORED, MISSED, PARTIAL, SOLVED
 
 STATUS_KEY = "status"  # the subtest keyword that carries it
 

@@ -51,13 +51,14 @@ from pytest_modal_eval.report.progress import example_fields
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.early_stop import describe as describe_early_stop
 from pytest_modal_eval.runs.evaluation import BenchmarkRun
+from pytest_modal_eval.runs.example_status import example_status
 from pytest_modal_eval.runs.identity import (
     ModelIdentities,
     ModelIdentity,
     pin_revision,
     served_revision_problem,
 )
-from pytest_modal_eval.runs.outcome import ExampleResult, RunOutcome, example_status
+from pytest_modal_eval.runs.outcome import ExampleResult, RunOutcome
 from pytest_modal_eval.runs.request import RunRequest
 from pytest_modal_eval.runs.writer_lock import WriterSpec
 from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest

@@ -16,21 +16,6 @@ from pytest_modal_eval.runs.state import RunState
 from pytest_modal_eval.stats import summary as stats
 from pytest_modal_eval.stats.pass_k import PassAtK, parse_metric_name, pass_at_k
 
-#: An example's status (:func:`example_status`): the word ``-v`` prints, the per-example tables.
-SOLVED, PARTIAL, MISSED, ERRORED = "solved", "partial", "missed", "errored"
-
-
-def example_status(rewards: list[float], error: str | None) -> str:
-    """errored: it could not be evaluated; missed: no rollout earned any reward (every reward
-    <= 0); solved: every rollout earned the full reward (>= 1); partial: anything between."""
-    if error is not None or not rewards:
-        return ERRORED
-    if max(rewards) <= 0.0:
-        return MISSED
-    if min(rewards) >= 1.0:
-        return SOLVED
-    return PARTIAL
-
 
 @dataclass(frozen=True)
 class ExampleResult:

@@ -31,8 +31,8 @@ from typing import Any
 
 from pytest_modal_eval.exceptions import ShareError
 from pytest_modal_eval.redact import Redactor
+from pytest_modal_eval.runs.example_status import example_status
 from pytest_modal_eval.runs.messages import content_text
-from pytest_modal_eval.runs.outcome import example_status
 from pytest_modal_eval.share.bundle import SharedRun, shared_folder
 from pytest_modal_eval.share.tracking import (
     IDENTITY_KEYS,
