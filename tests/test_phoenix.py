@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import BenchmarkProject
+from tests.conftest import BenchmarkProject, read_jsonl
 from tests.support.phoenix_server import Phoenix, phoenix_python
 
 pytestmark = pytest.mark.phoenix
@@ -78,10 +78,8 @@ def test_phoenix_shows_every_rollout_under_its_example(
     assert (len(rollouts), len(examples), len(requests)) == (200, 100, 200)
     assert len({s["context"]["trace_id"] for s in spans}) == 1
 
-    records = {
-        (r["example_id"], r["rollout"]): r
-        for r in map(json.loads, (project.run_dirs("hundred")[0] / "results.jsonl").open())
-    }
+    results = project.run_dirs("hundred")[0] / "results.jsonl"
+    records = {(r["example_id"], r["rollout"]): r for r in read_jsonl(results)}
     assert len(records) == 200
     for rollout in rollouts:
         attributes = rollout["attributes"]
