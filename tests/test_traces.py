@@ -334,3 +334,36 @@ def test_a_request_span_reads_the_body_as_sent() -> None:
     assert found["gen_ai.request.stop_sequences"] == ["\n"]
     assert found["gen_ai.request.choice.count"] == 2
     assert attributes.operation("http://h/v1/completions") == ("text_completion", "openai")
+
+
+def test_examples_a_stopped_run_never_finished_end_as_errors(receiver: OtlpReceiver) -> None:
+    """A run stopped mid-way (Ctrl-C, an aborted endpoint) leaves its started examples'
+    spans ended as errors, not lost; an example started again ends its first attempt."""
+    from pytest_modal_eval.redact import Redactor
+    from pytest_modal_eval.traces.session import TraceSession
+
+    tracing = TraceSession(
+        settings.TraceSettings(receiver.url + "/v1/traces", capture_content=False),
+        Redactor(),
+        session_id="s",
+        version="0",
+    )
+    with tracing.benchmark_item("evals/a.yaml::a", "a", "m", "file-qa"):
+        tracing.observer.example_started(1, [0, 1])
+        tracing.observer.example_started(2, [0])
+        tracing.observer.example_started(2, [0])
+        tracing.observer.example_finished(2, [{"rollout": 0, "reward": 1.0, "error": None}])
+    tracing.finish_session(0)
+    assert tracing.line is None
+    _wait_for(receiver, 9)
+    by_name: dict[str, list[ReceivedSpan]] = {}
+    for span in receiver.spans:
+        by_name.setdefault(span.name, []).append(span)
+    assert [s.status for s in by_name["example 1"]] == ["ERROR"]
+    assert sorted(s.status for s in by_name["rollout 1.0"] + by_name["rollout 1.1"]) == [
+        "ERROR",
+        "ERROR",
+    ]
+    assert sorted(s.status for s in by_name["example 2"]) == ["ERROR", "UNSET"]
+    finished = [s for s in by_name["rollout 2.0"] if s.status != "ERROR"]
+    assert [s.attributes["modal_eval.reward"] for s in finished] == [1.0]

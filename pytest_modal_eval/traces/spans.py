@@ -101,6 +101,8 @@ class RunSpans:
         self.rollouts: dict[tuple[int, int], tuple[Span, Context]] = {}
 
     def example_started(self, example_id: int, rollouts: Sequence[int]) -> None:
+        if example_id in self.examples:  # started again before it finished: a new attempt
+            self._end_example(example_id, "the example was started again")
         start = time.time_ns()
         example = self.tracer.start_span(
             f"example {example_id}",
@@ -197,11 +199,15 @@ class RunSpans:
 
     def abandon(self, reason: str) -> None:
         """End the spans of examples that will not finish (the run stopped), as errors."""
-        for span, _ in self.rollouts.values():
+        for example_id in list(self.examples):
+            self._end_example(example_id, reason)
+
+    def _end_example(self, example_id: int, reason: str) -> None:
+        """End an unfinished example's span and its rollouts', as errors."""
+        for key in [key for key in self.rollouts if key[0] == example_id]:
+            span = self.rollouts.pop(key)[0]
             fail(span, self.redactor, "NotFinished", reason)
             span.end()
-        for span in self.examples.values():
-            fail(span, self.redactor, "NotFinished", reason)
-            span.end()
-        self.rollouts.clear()
-        self.examples.clear()
+        span = self.examples.pop(example_id)
+        fail(span, self.redactor, "NotFinished", reason)
+        span.end()
