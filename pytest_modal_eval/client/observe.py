@@ -85,12 +85,3 @@ def observing(observer: EvalObserver | None) -> Iterator[None]:
     finally:
         current_observer.reset(token)
 
-
-@contextlib.contextmanager
-def in_rollout(example_id: int, index: int) -> Iterator[None]:
-    """The current task works for rollout ``index`` of ``example_id`` inside."""
-    token = current_rollout.set((example_id, index))
-    try:
-        yield
-    finally:
-        current_rollout.reset(token)
