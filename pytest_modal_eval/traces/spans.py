@@ -25,10 +25,10 @@ from pytest_modal_eval.traces import attributes as attrs
 def fail(span: Span, redactor: Redactor, error_type: str, message: str | None) -> None:
     """An error on ``span``: its status, ``error.type`` and an ``exception`` event, the
     message redacted (no traceback: it would carry local paths and values)."""
-    text = redactor.text(message or error_type)
+    text, kind = redactor.text(message or error_type), redactor.text(error_type)
     span.set_status(Status(StatusCode.ERROR, text[:500]))
-    span.set_attribute(attrs.ERROR_TYPE, redactor.text(error_type))
-    span.add_event("exception", {"exception.type": error_type, "exception.message": text})
+    span.set_attribute(attrs.ERROR_TYPE, kind)
+    span.add_event("exception", {"exception.type": kind, "exception.message": text})
 
 
 class RequestSpan:
