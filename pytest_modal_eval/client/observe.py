@@ -84,4 +84,3 @@ def observing(observer: EvalObserver | None) -> Iterator[None]:
         yield
     finally:
         current_observer.reset(token)
-
