@@ -18,10 +18,14 @@ demo's system prompt and sampling (temperature 0, 16 tokens), 64 requests in fli
 - plugin via proxy: the same with the plugin's ``ProxyThread`` in front of vLLM inside the
   pytest process, as with ``--backend modal`` (without ``-n``, the evaluation hands its
   requests to the proxy's code rather than its port);
+- plugin, traced: the plugin with OpenTelemetry traces on (``OTEL_EXPORTER_OTLP_ENDPOINT``
+  at a light OTLP/HTTP receiver, ``tests/support/otlp_receiver.py``, in this process): an
+  example, a rollout and a request span per example, exported while the run goes;
 - vf-eval: verifiers' CLI on the same environment, data, sampling and server.
 
-Targets: plugin and plugin-via-proxy >= 0.95x the raw client's requests/s; the plugin's wall
-time <= 1.0x vf-eval's.
+Targets: plugin and plugin-via-proxy >= 0.95x the raw client's requests/s; the plugin traced
+>= 0.95x the plugin untraced (same round); the plugin's wall time <= 1.0x vf-eval's.
+``--traces`` runs the plugin untraced and traced only.
 
 vLLM's pace on a shared machine drifts between runs (the raw client's rounds span +-20 %), so
 a few percent of harness cost hides in the noise. ``--server batching`` puts a stand-in in
@@ -61,6 +65,7 @@ from benchmarks._common import (
     vllm_server,
     write_workload,
 )
+from tests.support.otlp_receiver import OtlpReceiver
 
 CONCURRENCY = 64
 
@@ -88,6 +93,11 @@ def main() -> int:
     parser.add_argument("--batch-step-ms", type=float, default=12.0, help="with --server batching")
     parser.add_argument("--batch-steps", type=int, default=17, help="with --server batching")
     parser.add_argument(
+        "--traces",
+        action="store_true",
+        help="run only the plugin, untraced and traced (the cost of tracing)",
+    )
+    parser.add_argument(
         "--control-load",
         type=float,
         default=0.45,
@@ -108,9 +118,12 @@ def main() -> int:
         "verifiers layer, DirectOpenAI (adapter)",
         f"plugin -> {server}",
         f"plugin -> proxy -> {server}",
+        f"plugin, traced (OTLP) -> {server}",
     ]
     runs: dict[str, list[Run]] = {name: [] for name in names}
-    plugin, via_proxy = names[-2], names[-1]
+    plugin, via_proxy, traced = names[-3], names[-2], names[-1]
+    receiver = OtlpReceiver(keep=False)
+    traces_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.start()}
     vf_wall: list[float] = []
     plugin_wall: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
@@ -140,9 +153,13 @@ def main() -> int:
                 names[4]: lambda: run_verifiers_loop(url, data, CONCURRENCY, client="direct"),
                 plugin: lambda: run_plugin(project, url),
                 via_proxy: lambda: run_plugin(project, url, proxy_upstream=url),
+                traced: lambda: run_plugin(project, url, env=traces_env),
             }
             if not args.before:
                 for name in names[2:4]:
+                    del contenders[name], runs[name]
+            if args.traces:
+                for name in set(contenders) - {plugin, traced, names[0]}:
                     del contenders[name], runs[name]
             for round_ in range(1, args.repeats + 1):
                 for name, contender in contenders.items():
@@ -152,8 +169,11 @@ def main() -> int:
                         log(f"warning: {run.errors} errors, exit code {run.returncode}")
                     runs[name].append(run)
                 plugin_wall.append(runs[plugin][-1].wall_s)
+                if args.traces:
+                    continue
                 log(f"round {round_}/{args.repeats}: vf-eval")
                 vf_wall.append(run_vf_eval(url, data, args.examples, CONCURRENCY, root).wall_s)
+    receiver.stop()
 
     base = median([r.rps for r in runs[names[0]]])
     if args.server == "batching":
@@ -187,7 +207,17 @@ def main() -> int:
          "same round", "target", "verdict"],
         table,
     )  # fmt: skip
-    print(f"(the control's other process used {args.control_load:.0%} of a CPU besides)\n")
+    if control in runs:
+        print(f"(the control's other process used {args.control_load:.0%} of a CPU besides)\n")
+    traced_ratio = median([t.rps / p.rps for t, p in zip(runs[traced], runs[plugin], strict=True)])
+    spans = receiver.count
+    print(
+        f"tracing on vs off, same round: {traced_ratio:.2f}x the plugin's requests/s "
+        f"(target >= 0.95: {verdict(traced_ratio >= 0.95)}); the receiver got {spans:,} spans "
+        f"({spans / max(1, len(runs[traced])):,.0f} a run)\n"
+    )
+    if args.traces:
+        return 0
     ratio = median(plugin_wall) / median(vf_wall)
     print("wall time of the whole command (start-up, loading, run, results), median:\n")
     print_table(

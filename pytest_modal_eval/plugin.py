@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -41,12 +41,17 @@ from pytest_modal_eval.session.controller import (
 )
 from pytest_modal_eval.session.worker import WORKER_PLUGIN, WorkerSession
 from pytest_modal_eval.share import controller as share
+from pytest_modal_eval.traces import settings as trace_settings
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.traces.session import TraceSession
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Registers the plugin's option group and ini keys (every process)."""
     add_options(parser)
     share.add_options(parser)
+    trace_settings.add_options(parser)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -78,12 +83,15 @@ def pytest_configure(config: pytest.Config) -> None:
         session_id=str((workerinput or {}).get("testrunuid") or uuid.uuid4().hex),
         worker=(workerinput or {}).get("workerid"),
     )
+    tracing = _traces(config, session, workerinput)
     identities = ModelIdentities(served_model(session), getattr(config, "cache", None))
     config.stash[RUNNER_KEY] = DeferredRunner(session, identities)
     config.stash[PLAN_KEY] = plan = ServerPlan(config, settings)
     config.pluginmanager.register(fixtures, "modal_eval_fixtures")
     # Every process, xdist workers included: reports and log records are redacted where made.
-    worker = WorkerSession(config, settings.models, RedactedOutput(redactor), plan, identities)
+    worker = WorkerSession(
+        config, settings.models, RedactedOutput(redactor), plan, identities, tracing
+    )
     config.pluginmanager.register(worker, WORKER_PLUGIN)
     if workerinput is not None:
         url, token = workerinput[BROKER_INPUT_KEY]
@@ -105,8 +113,39 @@ def pytest_configure(config: pytest.Config) -> None:
         sharing = share.configure(config, settings.output_dir, redactor)
     except ShareError as exc:
         raise pytest.UsageError(str(exc)) from None
-    controller = ControllerSession(config, session, deployments, sharing)
+    controller = ControllerSession(config, session, deployments, sharing, tracing)
     config.pluginmanager.register(controller, CONTROLLER_PLUGIN)
+
+
+def _traces(
+    config: pytest.Config, session: EvalContext, workerinput: dict[str, Any] | None
+) -> TraceSession | None:
+    """This process's traces when the OTLP variables or ``--otel-endpoint`` name a collector
+    (OpenTelemetry is imported only then); the evaluation's observer is theirs."""
+    try:
+        found = trace_settings.resolve(
+            config.getoption(trace_settings.ENDPOINT_DEST),
+            config.getini(trace_settings.ENDPOINT_INI),
+        )
+    except OptionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if found is None or config.option.collectonly:
+        return None
+    # The headers' values (an Authorization) are secrets: never in anything written or shown.
+    session.redactor.learn(trace_settings.header_values())
+    from importlib.metadata import version
+
+    from pytest_modal_eval.traces.session import TraceSession
+
+    tracing = TraceSession(
+        found,
+        session.redactor,
+        session_id=session.session_id,
+        version=version("pytest-modal-eval"),
+        traceparent=(workerinput or {}).get(trace_settings.TRACEPARENT_KEY),
+    )
+    session.observer = tracing.observer
+    return tracing
 
 
 class DeferredRunner:

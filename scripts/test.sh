@@ -15,11 +15,20 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "test: no chromium; install Debian's chromium package for the browser tests"
   fi
 fi
+# The traces' Phoenix tier sends spans to Arize Phoenix, the trace UI users run: ~830 MB, in an
+# environment of its own (the plugin never imports it), installed here for the tests.
+if ! [ -x .venv-phoenix/bin/phoenix ]; then
+  echo "test: installing Arize Phoenix into .venv-phoenix (a few minutes, ~830 MB)"
+  python3 -m venv .venv-phoenix
+  .venv-phoenix/bin/pip install --quiet --disable-pip-version-check arize-phoenix==20.26.1
+fi
 export MODAL_EVAL_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
 # The vLLM tier must run here, not skip: a missing vLLM fails instead.
 export MODAL_EVAL_REQUIRE_VLLM=1
-# Likewise the report's browser tests: a missing Chromium fails them.
+# Likewise the report's browser tests: a missing Chromium fails them; and the traces' Phoenix tier.
 export MODAL_EVAL_REQUIRE_BROWSER=1
+export MODAL_EVAL_PHOENIX="$PWD/.venv-phoenix/bin/python"
+export MODAL_EVAL_REQUIRE_PHOENIX=1
 if command -v uv >/dev/null 2>&1; then UV=(uv); else UV=(python3 -m uv); fi
 # The docs site: a broken link, an unknown reference marker or any other warning fails here.
 # (Not --quiet: mkdocs then stops counting warnings, and --strict passes anything.)

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_modal_eval.collect.example_reports import example_status
+from pytest_modal_eval.runs.example_status import example_status
 from tests.conftest import BenchmarkProject, read_jsonl
 
 

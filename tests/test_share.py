@@ -456,7 +456,7 @@ def test_mlflow_missing_is_a_clear_usage_error(
 
 def test_options_are_documented_and_checked(project: BenchmarkProject) -> None:
     result = project.pytester.runpytest("--help")
-    for option in ("--push-to-hub=ORG/NAME", "--hub-private", "--mlflow"):
+    for option in ("--push-to-hub=ORG/NAME", "--hub-private", "--mlflow", "--wandb"):
         result.stdout.fnmatch_lines([f"*{option}*"])
     project.add("qa", n=2)
     bad = project.run("--push-to-hub", "not-a-repo")

@@ -47,6 +47,7 @@ from pytest_modal_eval.client.answer_journal import (
     current_example,
     request_key,
 )
+from pytest_modal_eval.client.observe import current_observer, current_rollout
 from pytest_modal_eval.client.send_order import SendsFirst, trace_config
 from pytest_modal_eval.exceptions import DirectClientError
 from pytest_modal_eval.serving.env_proxy import ProxyOptions, aiohttp_options, env_proxy
@@ -141,6 +142,8 @@ class DirectOpenAI:
         if proxy_module is not None:
             self._proxy = proxy_module.in_process(self._base)
         self._base_path = URL(self._base).raw_path  # "/v1/": what the proxy is asked for
+        # Who watches each request (traces), as the run that opened this client says.
+        self._observer = current_observer.get()
 
     def __getattr__(self, name: str) -> Any:
         if name == "_sdk" or self._sdk is None:
@@ -175,16 +178,32 @@ class DirectOpenAI:
             headers = {**headers, **extra}
             headers = {name: value for name, value in headers.items() if isinstance(value, str)}
         url, data = self._base + path.lstrip("/"), dumps(body)
+        if self._observer is None:
+            return (await self._answer(path, url, headers, data))[0]
+        watch = self._observer.model_request(url, body, current_rollout.get())
+        try:
+            answer, replayed = await self._answer(path, url, headers, data)
+        except BaseException as exc:
+            watch.failed(exc)
+            raise
+        watch.answered(answer.status_code, answer.content, replayed)
+        return answer
+
+    async def _answer(
+        self, path: str, url: str, headers: dict[str, str], data: bytes
+    ) -> tuple[Any, bool]:
+        """The answer to a request, and whether it was replayed from the journal."""
         if self._journal is None:
-            return await self._send(url, headers, data)
+            return await self._send(url, headers, data), False
         # The path, not the URL: a resumed run may reach the same server on another port.
         example, key = current_example.get(), request_key(path, data)
         stored = self._journal.replay(example, key)
         if stored is not None:  # answered before the run was interrupted: not sent again
-            return self._http.Response(
+            replayed = self._http.Response(
                 stored.status, headers=list(stored.raw_headers), content=stored.content
             )
-        return await self._send(url, headers, data, (example, key))
+            return replayed, True
+        return await self._send(url, headers, data, (example, key)), False
 
     async def post_json(self, path: str, body: Any) -> Any:
         """``body`` posted to ``path`` (relative to the base URL), as verifiers' chat client

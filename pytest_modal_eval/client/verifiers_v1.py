@@ -41,6 +41,7 @@ from verifiers.v1.clients import ModelContext
 
 from pytest_modal_eval.client.answer_journal import AnswerJournal
 from pytest_modal_eval.client.direct_client import DirectOpenAI, open_direct_client
+from pytest_modal_eval.client.observe import current_rollout
 from pytest_modal_eval.client.verifiers_v1_env import serving
 from pytest_modal_eval.client.verifiers_v1_harness import HARNESS_ID, run_client
 from pytest_modal_eval.client.verifiers_v1_interception import (
@@ -178,6 +179,8 @@ async def run_examples(
                     minted_ids.append(trace.id)
 
                 try:
+                    # Its harness's tool calls are this rollout's (for an observer: traces).
+                    current_rollout.set((example_id, rollout.index))
                     if env.played is None:
                         trace = await agent.run(task, tools=shared, on_trace=minted)
                         return [rollout_output(example_id, task, trace, rollout, max_turns)]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack
 from contextvars import ContextVar
 from typing import Any
@@ -40,6 +40,8 @@ import verifiers.v1 as vf
 # ``verifiers.v1``'s top-level names: this is the one module that uses it, and the tool tests
 # (tests/test_verifiers_v1_tools.py) fail when it changes.
 from verifiers.v1.harnesses.utils.mcp import MCPConnection, call_mcp
+
+from pytest_modal_eval.client.observe import current_observer, current_rollout
 
 HARNESS_ID = "pytest-modal-eval-chat"
 
@@ -128,7 +130,9 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
                 if not calls:
                     return vf.ProgramResult(0, "", "")
                 for call in calls:
-                    content = await self.call_tool(call, servers, dispatch)
+                    content = await observed_tool_call(
+                        call, self.call_tool(call, servers, dispatch)
+                    )
                     name = call.get("function", {}).get("name", "")
                     messages.append(
                         {
@@ -200,6 +204,27 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):  # type: ignore[misc]
         if name not in dispatch:
             return f"error: unknown tool {name!r}"
         return await call_mcp(servers, dispatch, name, arguments)
+
+
+async def observed_tool_call(call: dict[str, Any], result: Awaitable[Any]) -> Any:
+    """``result`` awaited, told to the run's observer (traces) when there is one."""
+    observer = current_observer.get()
+    if observer is None:
+        return await result
+    function = call.get("function") or {}
+    watch = observer.tool_call(
+        str(function.get("name", "")),
+        str(call.get("id", "")),
+        str(function.get("arguments") or ""),
+        current_rollout.get(),
+    )
+    try:
+        content = await result
+    except BaseException as exc:
+        watch.failed(exc)
+        raise
+    watch.returned(content)
+    return content
 
 
 def _connection(spec: dict[str, Any]) -> Any:

@@ -20,6 +20,7 @@ from verifiers.v1.session import RolloutSession
 
 from pytest_modal_eval.client.answer_journal import current_example
 from pytest_modal_eval.client.direct_client import DirectOpenAI, slot_waits
+from pytest_modal_eval.client.observe import current_rollout
 from pytest_modal_eval.client.rollout_seeds import seeded
 from pytest_modal_eval.client.verifiers_v1_seats import SeatClients
 
@@ -59,6 +60,9 @@ class PluginClient(vf.Client):  # type: ignore[misc]
             body = dict(seeded(body, rollout.index))
         example_token = current_example.set(rollout.example_id if rollout else None)
         waits_token = slot_waits.set(rollout.waits if rollout else None)
+        rollout_token = current_rollout.set(
+            (rollout.example_id, rollout.index) if rollout else None
+        )
         try:
             answer = await self.direct.post(
                 dialect.upstream_path, body=body, cast_to=self._http.Response, options={}
@@ -66,6 +70,7 @@ class PluginClient(vf.Client):  # type: ignore[misc]
         except Exception as exc:
             raise _provider_error(exc) from exc
         finally:
+            current_rollout.reset(rollout_token)
             slot_waits.reset(waits_token)
             current_example.reset(example_token)
         try:

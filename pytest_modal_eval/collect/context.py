@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_modal_eval.client.observe import EvalObserver
 from pytest_modal_eval.config.options import Settings
 from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.serving.broker import BrokerClient
@@ -44,6 +45,9 @@ class EvalContext:
     # Every secret value this process holds, for everything it writes, prints or shares; it
     # learns each benchmark's secret env_args as the benchmark is collected.
     redactor: Redactor = field(default_factory=Redactor)
+    # Who watches each run as it goes (the session's traces, pytest_modal_eval.traces);
+    # None: nobody.
+    observer: EvalObserver | None = None
 
 
 def session_redactor(settings: Settings) -> Redactor:

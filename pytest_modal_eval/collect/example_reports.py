@@ -10,7 +10,7 @@ logs it. The report is the same object type with the same fields (``SubtestRepor
 keyword values), so terminal lines, ``-v`` output, JUnit XML and xdist see no difference.
 Errored examples still go through ``subtests.test()`` (they fail or skip with a reason).
 
-Each example's report carries its status (:func:`example_status`) as the ``status`` keyword;
+Each report carries its status (``runs.example_status``) as the ``status`` keyword;
 :class:`ExampleStatusWords` turns it into the word ``-v`` prints: SOLVED, PARTIAL, MISSED or
 ERRORED. A missed example's report still has the outcome ``passed`` -- a miss is a measurement,
 and only the gate fails the item -- but it is counted apart, as ``subtests missed``.
@@ -26,25 +26,13 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.report.progress import ELAPSED_KEY
+from pytest_modal_eval.runs.example_status import ERRORED, MISSED, PARTIAL, SOLVED
 
-SOLVED, PARTIAL, MISSED, ERRORED = "solved", "partial", "missed", "errored"
 STATUS_KEY = "status"  # the subtest keyword that carries it
 
 #: The terminal category (counted in the last line) of each status whose report passed.
 _CATEGORIES = {SOLVED: "subtests passed", PARTIAL: "subtests passed", MISSED: "subtests missed"}
 _MARKUP = {SOLVED: "green", PARTIAL: "cyan", MISSED: "yellow", ERRORED: "red"}
-
-
-def example_status(rewards: list[float], error: str | None) -> str:
-    """errored: it could not be evaluated; missed: no rollout earned any reward (every reward
-    <= 0); solved: every rollout earned the full reward (>= 1); partial: anything between."""
-    if error is not None or not rewards:
-        return ERRORED
-    if max(rewards) <= 0.0:
-        return MISSED
-    if min(rewards) >= 1.0:
-        return SOLVED
-    return PARTIAL
 
 
 class ExampleStatusWords:

@@ -28,7 +28,7 @@ from pytest_modal_eval.collect.comparisons import (
 )
 from pytest_modal_eval.collect.context import EvalContext, endpoint_source
 from pytest_modal_eval.collect.early_comparisons import early_comparisons
-from pytest_modal_eval.collect.example_reports import STATUS_KEY, PassedExampleLog, example_status
+from pytest_modal_eval.collect.example_reports import STATUS_KEY, PassedExampleLog
 from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.exceptions import (
@@ -52,6 +52,7 @@ from pytest_modal_eval.report.progress import example_fields
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.early_stop import describe as describe_early_stop
 from pytest_modal_eval.runs.evaluation import BenchmarkRun
+from pytest_modal_eval.runs.example_status import example_status
 from pytest_modal_eval.runs.identity import (
     ModelIdentities,
     ModelIdentity,
@@ -133,6 +134,7 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
             timeout_s=settings.lock_timeout_s,
             say=lambda line: _say(session, f"{item.benchmark.name}: {line}"),
         ),
+        observer=session.observer,
     )
     try:
         with phases.phase(f"{item.benchmark.name}: loading environment {config.env_id}"):

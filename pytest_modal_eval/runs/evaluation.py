@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.client.answer_journal import AnswerJournal
+from pytest_modal_eval.client.observe import observing
 from pytest_modal_eval.client.rollout_seeds import SLOT_WAIT_COLUMN, match_seat_rollouts
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.answer_key import canonical_hash, comparable_fields, fingerprint_rows
@@ -224,6 +225,8 @@ class BenchmarkRun:
             ]
             checkpoint.append(records, config.eval.checkpoint_every)
             state.add(records)
+            if request.observer is not None:
+                request.observer.example_finished(example_id, records)
             # Every rollout of it is now in the checkpoint, finished or errored (an errored one is
             # retried afresh): none of its answers may be replayed again. One answered wholly
             # from the journal counts as resumed: no work of this session, so not in its pace.
@@ -292,7 +295,10 @@ class BenchmarkRun:
                     raise RuntimeError("examples are missing but no endpoint was given")
                 RunPaths(run_dir).discard_final_files()
                 evaluating.append(time.monotonic())
-                with verifiers_log_to(RunPaths(run_dir).logs / "verifiers.log"):
+                with (
+                    verifiers_log_to(RunPaths(run_dir).logs / "verifiers.log"),
+                    observing(request.observer),
+                ):
                     run_grouped(
                         run_dir, self.env, rows, still_missing, request, info, self.sampling,
                         handle, should_stop, journal, state.missing,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_modal_eval.client.observe import EvalObserver
 from pytest_modal_eval.config.loader import Benchmark
 from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.runs.early_stop import PairedGate, PendingPaired
@@ -49,3 +50,5 @@ class RunRequest:
     paired: tuple[PairedGate | PendingPaired, ...] = ()
     # Who evaluates, for the run's lock (runs.writer_lock); None: this process, no waiting line.
     writer: WriterSpec | None = None
+    # Who watches the run as it goes (the session's traces); None: nobody, nothing is told.
+    observer: EvalObserver | None = None

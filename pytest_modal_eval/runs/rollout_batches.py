@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.client.answer_journal import AnswerJournal
+from pytest_modal_eval.client.observe import EvalObserver
 from pytest_modal_eval.runs.interrupt import run_interruptibly
 from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.runs.request import RunRequest
@@ -101,6 +102,8 @@ def run_grouped(
             batch = (row for row, m in zip(rows, still_missing, strict=True) if m == group)
         else:
             batch = _in_order(rows, order, still_missing, group, keep_sending)
+        if request.observer is not None:
+            batch = _told(batch, request.observer, rollout_indexes, group)
         run_interruptibly(
             verifiers_adapter.run_examples(
                 env,
@@ -138,4 +141,17 @@ def _in_order(
         if not keep_sending():
             return
         row: dict[str, Any] = rows[position]
+        yield row
+
+
+def _told(
+    rows: Iterable[dict[str, Any]],
+    observer: EvalObserver,
+    rollout_indexes: Callable[[int], Sequence[int]],
+    group: int,
+) -> Iterator[dict[str, Any]]:
+    """The rows, the observer told of each as the client takes it to start its rollouts."""
+    for row in rows:
+        example_id = int(row["example_id"])
+        observer.example_started(example_id, list(rollout_indexes(example_id))[:group])
         yield row

@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Generator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -30,6 +30,10 @@ from pytest_modal_eval.report.terminal import SummaryCollector
 from pytest_modal_eval.serving.broker import BROKER_INPUT_KEY, Broker
 from pytest_modal_eval.serving.deployments import Deployments
 from pytest_modal_eval.share.controller import SessionShare
+from pytest_modal_eval.traces.settings import TRACEPARENT_KEY
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.traces.session import TraceSession
 
 #: The name :class:`ControllerSession` is registered under.
 CONTROLLER_PLUGIN = "modal_eval_controller"
@@ -49,6 +53,7 @@ class ControllerSession:
         session: EvalContext,
         deployments: Deployments,
         share: SessionShare | None,
+        tracing: TraceSession | None = None,
     ) -> None:
         self.config = config
         self.session = session
@@ -66,6 +71,7 @@ class ControllerSession:
         )
         self.share = share
         self.broker: Broker | None = None
+        self.tracing = tracing
 
     def _keepers(self) -> list[SummaryCollector | SessionReport | SessionShare | FinishedItems]:
         """The objects that keep something of each report."""
@@ -133,6 +139,8 @@ class ControllerSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.report is not None:
             self.report.write()
+        if self.tracing is not None:
+            self.tracing.finish_session(session.exitstatus)
         result = yield
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if exitstatus == pytest.ExitCode.INTERRUPTED and reporter is not None:
@@ -146,6 +154,8 @@ class ControllerSession:
         if self.report is not None:
             self.report.say_where(terminalreporter)
         self.summary.write(terminalreporter)
+        if self.tracing is not None and self.tracing.line is not None:
+            terminalreporter.write_line(self.tracing.line, yellow=True)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -157,6 +167,14 @@ class ControllerSession:
             self.broker.start()
         node.workerinput[BROKER_INPUT_KEY] = [self.broker.url, self.broker.token]
         node.workerinput[REFERENCES_INPUT_KEY] = str(self.session.references_dir)
+        if self.tracing is not None:
+            node.workerinput[TRACEPARENT_KEY] = self.tracing.traceparent()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Runs on the controller as each xdist worker ends: what became of its spans."""
+        if self.tracing is not None:
+            self.tracing.worker_finished(getattr(node, "workeroutput", None))
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """Runs at the controller's end: stops the broker and the servers it owns, and removes

@@ -9,6 +9,7 @@ the words ``-v`` prints for examples and the passed examples' reports pytest nee
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
@@ -16,12 +17,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_modal_eval.collect.example_reports import ExampleStatusWords, PassedExampleReports
+from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.collect.server_plan import ENDPOINT_FIXTURE, ServerPlan
 from pytest_modal_eval.model_names import model_label
 from pytest_modal_eval.report.redaction import RedactedOutput
 
 if TYPE_CHECKING:
     from pytest_modal_eval.runs.identity import ModelIdentities
+    from pytest_modal_eval.traces.session import TraceSession
 
 #: The name :class:`WorkerSession` is registered under.
 WORKER_PLUGIN = "modal_eval_worker"
@@ -37,6 +40,7 @@ class WorkerSession:
         redaction: RedactedOutput,
         plan: ServerPlan,
         identities: ModelIdentities,
+        tracing: TraceSession | None = None,
     ) -> None:
         self.config = config
         self.models = models
@@ -46,6 +50,8 @@ class WorkerSession:
         # (through plugin.DeferredRunner) and eval_endpoint ask it.
         self.identities = identities
         self.status_words = ExampleStatusWords()
+        # This process's OpenTelemetry traces, when a collector is named (traces/session.py).
+        self.tracing = tracing
         self.passed_reports = PassedExampleReports(config)
 
     def pytest_configure(self, config: pytest.Config) -> None:
@@ -80,8 +86,28 @@ class WorkerSession:
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, Any]:
         """Runs around each item in the process running it: the plan knows which item holds
         the servers it asks for."""
-        with self.plan.running(item):
+        traced = (
+            self.tracing.benchmark_item(
+                item.nodeid, item.benchmark.name, item.model or "", item.benchmark.config.env_id
+            )
+            if self.tracing is not None and isinstance(item, BenchmarkItem)
+            else contextlib.nullcontext()
+        )
+        with self.plan.running(item), traced:
             return (yield)
+
+    def pytest_modal_eval_finished(self, item: pytest.Item, outcome: Any, verdict: Any) -> None:
+        """Runs on the process that ran a benchmark, once its gate is judged: its span gets
+        the run's figures and the verdict."""
+        if self.tracing is not None:
+            self.tracing.finished(outcome, verdict)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Runs at the end of every process, after the other implementations (before xdist
+        sends a worker's output): an xdist worker's last spans are exported."""
+        if self.tracing is not None:
+            self.tracing.finish_worker(getattr(self.config, "workeroutput", None))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None, Any, Any]:
@@ -89,6 +115,8 @@ class WorkerSession:
         report is redacted before they read it (the terminal, JUnit XML, xdist's channel), and
         a passed example's report is not kept by pytest after they have."""
         self.redaction.redact_report(report)
+        if self.tracing is not None and report.failed and not hasattr(report, "context"):
+            self.tracing.item_failed(report.when, report.longreprtext)
         result = yield
         self.passed_reports.forget(report)
         return result

@@ -7,9 +7,11 @@ redacted values.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +86,23 @@ def load_run(run_dir: Path, redactor: Redactor) -> SharedRun:
         results_text=redactor.text(results),
         reports=reports,
     )
+
+
+@contextlib.contextmanager
+def shared_folder(run: SharedRun) -> Iterator[Path]:
+    """A temporary folder with the run's files as shared (the redacted copies):
+    ``results.jsonl``, ``metadata.json``, ``run_config.json`` and the HTML reports."""
+    with tempfile.TemporaryDirectory(prefix="modal-eval-shared-") as name:
+        folder = Path(name)
+        (folder / "results.jsonl").write_text(run.results_text, encoding="utf-8")
+        for file_name, value in (
+            ("metadata.json", run.metadata),
+            ("run_config.json", run.run_config),
+        ):
+            (folder / file_name).write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+        for file_name, text in run.reports.items():
+            (folder / file_name).write_text(text, encoding="utf-8")
+        yield folder
 
 
 def latest_per_config(runs: Iterable[SharedRun]) -> dict[str, SharedRun]:

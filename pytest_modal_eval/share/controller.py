@@ -1,9 +1,10 @@
-"""``--push-to-hub`` and ``--mlflow``: share the session's finished runs when it ends.
+"""``--push-to-hub``, ``--mlflow`` and ``--wandb``: share the session's finished runs when it
+ends.
 
 :class:`SessionShare` lives on the controller only (or in-process without xdist), driven by
 its session's hooks: workers evaluate, the controller sees every benchmark item's report
 (``run_dir`` crosses xdist in ``user_properties``) and shares once, when the session finishes
-(the ``LFPlugin`` shape). What it needs (``HF_TOKEN``, MLflow installed) is checked by
+(the ``LFPlugin`` shape). What it needs (``HF_TOKEN``, MLflow or wandb installed) is checked by
 :func:`configure` when the session is configured, before any evaluation spends time. A failed
 push or log is reported in the summary and makes the exit status 1; it never hides the
 evaluations' results.
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 PUSH_DEST = "modal_eval_push_to_hub"
 PRIVATE_DEST = "modal_eval_hub_private"
 MLFLOW_DEST = "modal_eval_mlflow"
+WANDB_DEST = "modal_eval_wandb"
 
 
 def _repo_id(value: str) -> str:
@@ -66,6 +68,15 @@ def add_options(parser: pytest.Parser) -> None:
         "else a SQLite store in the output directory. Needs pytest-modal-eval[mlflow]. "
         "Default: off.",
     )
+    group.addoption(
+        "--wandb",
+        dest=WANDB_DEST,
+        action="store_true",
+        default=False,
+        help="when the session ends, log each finished run to Weights & Biases: project "
+        "$WANDB_PROJECT (else pytest-modal-eval), entity $WANDB_ENTITY; WANDB_MODE=offline "
+        "writes the runs to disk. Needs pytest-modal-eval[wandb]. Default: off.",
+    )
 
 
 def configure(config: pytest.Config, output_dir: Path, redactor: Redactor) -> SessionShare | None:
@@ -74,19 +85,28 @@ def configure(config: pytest.Config, output_dir: Path, redactor: Redactor) -> Se
     the caller reports as a usage error."""
     repo_id: str | None = config.getoption(PUSH_DEST)
     use_mlflow: bool = config.getoption(MLFLOW_DEST)
+    use_wandb: bool = config.getoption(WANDB_DEST)
     if config.getoption(PRIVATE_DEST) and not repo_id:
         raise ShareError("--hub-private needs --push-to-hub ORG/NAME")
-    if not (repo_id or use_mlflow) or hasattr(config, "workerinput"):
+    if not (repo_id or use_mlflow or use_wandb) or hasattr(config, "workerinput"):
         return None
     if config.option.collectonly:
         return None
-    from pytest_modal_eval.share import hub, tracking
+    from pytest_modal_eval.share import hub, tracking, wandb_runs
 
     token = hub.hub_token(os.environ) if repo_id else None
     if use_mlflow:
         tracking.require_mlflow()
+    if use_wandb:
+        wandb_runs.require_wandb()
     return SessionShare(
-        repo_id, bool(config.getoption(PRIVATE_DEST)), token, use_mlflow, output_dir, redactor
+        repo_id,
+        bool(config.getoption(PRIVATE_DEST)),
+        token,
+        use_mlflow,
+        output_dir,
+        redactor,
+        wandb=use_wandb,
     )
 
 
@@ -101,12 +121,14 @@ class SessionShare:
         mlflow: bool,
         output_dir: Path,
         redactor: Redactor,
+        wandb: bool = False,
     ) -> None:
         self.redactor = redactor  # the session's: every secret value it holds
         self.repo_id = repo_id
         self.private = private
         self.token = token
         self.mlflow = mlflow
+        self.wandb = wandb
         self.output_dir = output_dir
         self.run_dirs: dict[str, None] = {}
         self.lines: list[str] = []
@@ -123,7 +145,7 @@ class SessionShare:
     def share(self) -> bool:
         """Once on the controller, after every item: shares the finished runs. False when a
         push or log failed (the session's exit status then says so)."""
-        from pytest_modal_eval.share import bundle, hub, tracking
+        from pytest_modal_eval.share import bundle, hub, tracking, wandb_runs
 
         redactor = self.redactor
         runs = []
@@ -158,6 +180,15 @@ class SessionShare:
                 self._fail(f"MLflow: logging failed: {_reason(exc, redactor)}")
             else:
                 self.lines.append(tracking.describe(logged, uri))
+        if self.wandb:
+            try:
+                wandb_logged = wandb_runs.log_runs(
+                    runs, output_dir=self.output_dir, redactor=redactor
+                )
+            except Exception as exc:
+                self._fail(f"W&B: logging failed: {_reason(exc, redactor)}")
+            else:
+                self.lines.append(wandb_runs.describe(wandb_logged))
         return not self.errors
 
     def _fail(self, message: str) -> None:

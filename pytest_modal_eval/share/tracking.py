@@ -14,13 +14,11 @@ already in the experiment (same run id and benchmark x model) is not logged agai
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import math
 import os
 import re
-import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_modal_eval.exceptions import ShareError
-from pytest_modal_eval.share.bundle import SharedRun
+from pytest_modal_eval.share.bundle import SharedRun, shared_folder
 
 DEFAULT_EXPERIMENT = "pytest-modal-eval"
 RUN_ID_TAG = "modal_eval.run_id"
@@ -39,6 +37,18 @@ MAX_PARAM_LENGTH = 6000
 MAX_BATCH_PARAMS = 100
 #: pass@k as metadata may carry it: ``pass@4``/``pass_at_4`` keys or a ``pass_at_k`` mapping.
 _PASS_AT = re.compile(r"^pass(?:@|_at_)(\d+)$")
+#: The fields of run_config.json that say which model and benchmark a run is (MLflow's
+#: parameters, W&B's config).
+IDENTITY_KEYS = (
+    "model_id",
+    "model_slug",
+    "server_profile",
+    "benchmark",
+    "env_id",
+    "rollouts",
+    "num_examples",
+    "answer_hash",
+)
 #: Characters MLflow refuses in metric names.
 _NOT_IN_NAMES = re.compile(r"[^\w./ -]+")
 
@@ -120,7 +130,7 @@ def _log_runs(
         client.log_batch(
             run_id, metrics=[Metric(key, value, 0, 0) for key, value in run_metrics(run).items()]
         )
-        with _artifacts(run) as folder:
+        with shared_folder(run) as folder:
             client.log_artifacts(run_id, str(folder))
         client.set_terminated(run_id, "FINISHED")
         logged.append(LoggedRun(run.config_name, run_id, new=True))
@@ -140,23 +150,15 @@ def run_tags(run: SharedRun) -> dict[str, str]:
     return tags
 
 
+def chat_template(run: SharedRun) -> str:
+    return "custom" if run.run_config.get("chat_template") else "model's own"
+
+
 def run_params(run: SharedRun) -> dict[str, str]:
     """The model's identity and the resolved configuration, flattened to dotted names."""
     rc = run.run_config
-    params: dict[str, str] = {}
-    for key in (
-        "model_id",
-        "model_slug",
-        "server_profile",
-        "benchmark",
-        "env_id",
-        "rollouts",
-        "num_examples",
-        "answer_hash",
-    ):
-        if rc.get(key) is not None:
-            params[key] = str(rc[key])
-    params["chat_template"] = "custom" if rc.get("chat_template") else "model's own"
+    params = {key: str(rc[key]) for key in IDENTITY_KEYS if rc.get(key) is not None}
+    params["chat_template"] = chat_template(run)
     params.update(_flatten(rc.get("config") or {}, "config"))
     params.update(_flatten(rc.get("versions") or {}, "version"))
     return {key: value[:MAX_PARAM_LENGTH] for key, value in params.items()}
@@ -200,22 +202,6 @@ def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, str]]:
             yield from _flatten(inner, f"{prefix}.{key}")
     else:
         yield prefix, value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-@contextlib.contextmanager
-def _artifacts(run: SharedRun) -> Iterator[Path]:
-    """A temporary folder with the run's files as shared: the redacted copies."""
-    with tempfile.TemporaryDirectory(prefix="modal-eval-mlflow-") as name:
-        folder = Path(name)
-        (folder / "results.jsonl").write_text(run.results_text, encoding="utf-8")
-        for file_name, value in (
-            ("metadata.json", run.metadata),
-            ("run_config.json", run.run_config),
-        ):
-            (folder / file_name).write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-        for file_name, text in run.reports.items():
-            (folder / file_name).write_text(text, encoding="utf-8")
-        yield folder
 
 
 def _quoted(value: str) -> str:
