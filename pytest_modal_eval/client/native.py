@@ -35,6 +35,7 @@ from typing import Any, Literal, overload
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
 from pytest_modal_eval.client.direct_client import open_plain_client, slot_waits
 from pytest_modal_eval.client.installed_envs import installed_api
+from pytest_modal_eval.client.observe import current_rollout
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
 from pytest_modal_eval.client.workers import run_workers
 from pytest_modal_eval.envs.file_qa import (
@@ -212,6 +213,8 @@ async def run_examples(
     async def rollout(row: dict[str, Any], index: int) -> dict[str, Any]:
         waits: list[float] = []
         token = slot_waits.set(waits)
+        # Which rollout the request is for, for an observer of the run (traces).
+        rollout_token = current_rollout.set((int(row["example_id"]), index))
         started = time.perf_counter()
         try:
             body = request_body(shape, endpoint.model, row["prompt"], seeded(sampling_args, index))
@@ -223,6 +226,7 @@ async def run_examples(
                 return failed_output(shape, row, index, sum(waits), exc, started)
             return answered_output(shape, row, index, sum(waits), answer.content, started)
         finally:
+            current_rollout.reset(rollout_token)
             slot_waits.reset(token)
 
     async def worker() -> None:
