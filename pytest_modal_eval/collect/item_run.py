@@ -129,12 +129,18 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
             timeout_s=settings.lock_timeout_s,
             say=lambda line: _say(session, f"{item.benchmark.name}: {line}"),
         ),
+        shard=settings.shard,
+        container=settings.container,
     )
     try:
         run = BenchmarkRun(run_request)
     except EnvironmentLoadError as exc:
         source = env_args_source(item.path, settings.overrides, str(exc))
         raise EvalProblem(f"{source}: {exc}") from None
+    if settings.shard is not None and not run.selected_ids:
+        run.close()
+        k, n = settings.shard
+        pytest.skip(f"{item.benchmark.name}: shard {k}/{n} holds no example")
     try:
         item.stash[PREPARED_KEY] = _prepare_run(session, item, run, request, identity, stored)
     except BaseException:

@@ -49,3 +49,14 @@ class RunRequest:
     paired: tuple[PairedGate | PendingPaired, ...] = ()
     # Who evaluates, for the run's lock (runs.writer_lock); None: this process, no waiting line.
     writer: WriterSpec | None = None
+    # --eval-shard (K, N): only the K-th of N contiguous shards of the selected examples.
+    shard: tuple[int, int] | None = None
+    # In a detached container: its CPU cores and memory (MiB), for the run's cost record.
+    container: tuple[float, int] | None = None
+
+
+def shard_slice(total: int, shard: tuple[int, int]) -> slice:
+    """The examples (positions among ``total`` selected) of shard ``(K, N)``: the K-th of N
+    contiguous, nearly equal parts, the same whichever machine asks."""
+    k, n = shard
+    return slice((k - 1) * total // n, k * total // n)
