@@ -100,6 +100,21 @@ class ModalCalls:
                 found.append(RemoteFile(entry.path.lstrip("/"), int(entry.size), int(entry.mtime)))
         return found
 
+    def list_dirs(self, prefix: str) -> list[str]:
+        """The names of the directories directly under ``prefix`` (none when it is missing)."""
+        import modal.exception
+
+        with _asked(f"listing {prefix} on Volume {self.volume_name}"):
+            try:
+                entries = self._volume().listdir(prefix, recursive=False)
+            except (modal.exception.NotFoundError, FileNotFoundError):
+                return []
+            return sorted(
+                entry.path.rstrip("/").rsplit("/", 1)[-1]
+                for entry in entries
+                if getattr(entry.type, "name", str(entry.type)) == "DIRECTORY"
+            )
+
     def read_bytes(self, path: str) -> bytes:
         """A file's bytes; FileNotFoundError when there is none."""
         import modal.exception

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_modal_eval.collect.items import BenchmarkItem
-from pytest_modal_eval.exceptions import DetachError
+from pytest_modal_eval.exceptions import DetachError, ServingError
 from pytest_modal_eval.model_names import model_slug
 from pytest_modal_eval.redact import KNOWN_SECRET_VARIABLES, secret_variables
 
@@ -64,12 +64,14 @@ class DetachedSession:
             return None  # pytest's own loop stops on the collection errors
         from pytest_modal_eval.detach.launch import start_or_attach
         from pytest_modal_eval.detach.modal_calls import ModalCalls
+        from pytest_modal_eval.serving.modal.access import check_modal_access
 
         launch = self._launch()
         calls = ModalCalls(launch.volume)
         try:
+            check_modal_access()  # in milliseconds, not after a minute of the SDK's retries
             self.handle = start_or_attach(launch, calls, lambda text: self._line(text))
-        except DetachError as exc:
+        except (DetachError, ServingError) as exc:
             raise pytest.UsageError(str(exc)) from None
         self._say_handle(self.handle)
         settings = self.context.settings.detach
