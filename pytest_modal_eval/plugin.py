@@ -139,6 +139,14 @@ def _register_detached(config: pytest.Config, session: EvalContext, runs_here: b
             "itself: serve the model with --backend modal, or give --base-url of an endpoint "
             "Modal can reach"
         )
+    if getattr(config.option, "update_snapshots", False) or getattr(
+        config.option, "update_new_snapshots_only", False
+    ):
+        raise pytest.UsageError(
+            "--snapshot-update with --detach would store baselines in the container's copy of "
+            "the project: run the session detached, `pytest-modal-eval pull RUN`, then "
+            "`pytest ... --snapshot-update` here (it finds the run finished and asks nothing)"
+        )
     config.pluginmanager.register(DetachedSession(config, session), DETACHED_PLUGIN)
 
 

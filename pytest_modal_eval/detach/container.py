@@ -24,9 +24,10 @@ import importlib.metadata
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval.detach.layout import OUTPUTS, SessionFiles, shard_output, volume_root
 from pytest_modal_eval.detach.lease import BEAT_S, Lease, LeaseLost, fresh
@@ -34,9 +35,12 @@ from pytest_modal_eval.detach.modal_calls import ModalCalls
 from pytest_modal_eval.detach.request import FRESH_OPTIONS, PlannedItem, SessionRequest
 from pytest_modal_eval.detach.spec import WORKER, RunnerSpec
 from pytest_modal_eval.detach.supervise import LogChunks, Supervisor
-from pytest_modal_eval.exceptions import DetachError
+from pytest_modal_eval.exceptions import DetachError, ServingError
 from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.runs.store import write_json_atomic
+
+if TYPE_CHECKING:
+    from pytest_modal_eval.serving.modal.apps import ModalApps
 
 #: pytest's exit status for an interrupted session (a stop request).
 INTERRUPTED = 2
@@ -287,6 +291,8 @@ def _worker(
     request: SessionRequest, item: PlannedItem, shard: tuple[int, int] | None
 ) -> dict[str, Any]:
     options = list(request.options)
+    if request.serving_on_modal:  # the controller stops the deployment (see ServingApps)
+        options.append("--keep-deployment")
     name = item.runs_dir
     output = str(OUTPUTS)
     lease = item.runs_dir
@@ -304,7 +310,41 @@ def _worker(
     }
 
 
+class ServingApps:
+    """A fanned-out session's Modal deployments. Its workers share one deployment per server
+    and leave it up (``--keep-deployment``: the first to end would stop it under the others);
+    at the session's end the controller stops those that appeared while it ran, never one
+    deployed before it (another session's, or one kept on purpose)."""
+
+    def __init__(self, apps: ModalApps) -> None:
+        self.apps = apps
+        self.before = {record.name for record in apps.deployed() if record.ours}
+
+    def stop_new(self, say: Callable[[str], None]) -> None:
+        for record in self.apps.deployed():
+            if record.ours and record.name not in self.before:
+                try:
+                    self.apps.stop(record.name)
+                    say(f"stopped the deployment {record.name} this session started")
+                except ServingError as exc:
+                    say(f"could not stop {record.name}: {exc}")
+
+
 def _fan_out(box: Container, status: SessionStatus) -> int:
+    request = box.request
+    serving = None
+    if request.serving_on_modal and not request.keep_deployment:
+        from pytest_modal_eval.serving.modal.apps import ModalCliApps
+
+        serving = ServingApps(ModalCliApps())
+    try:
+        return _fan_out_and_report(box, status)
+    finally:
+        if serving is not None:
+            serving.stop_new(box.log.say)
+
+
+def _fan_out_and_report(box: Container, status: SessionStatus) -> int:
     request, calls = box.request, box.calls
     plan = worker_plan(request)
     started: dict[str, str] = dict(calls.get(workers_key(request.session_id)) or {})

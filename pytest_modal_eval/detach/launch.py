@@ -64,6 +64,8 @@ class Launch:
     junit: bool
     lock_timeout_s: float | None
     command: str
+    serving_on_modal: bool = False
+    keep_deployment: bool = False
 
 
 def command_live(calls: ModalCalls, record: dict[str, Any]) -> bool:
@@ -120,6 +122,8 @@ def start_or_attach(launch: Launch, calls: ModalCalls, say: Callable[[str], None
             lock_timeout_s=launch.lock_timeout_s,
             launched_at=now_text(),
             command=launch.command,
+            serving_on_modal=launch.serving_on_modal,
+            keep_deployment=launch.keep_deployment,
         )
         say(f"uploading {len(files)} project files to Volume {launch.volume}")
         _upload(calls, launch.root, files, request)

@@ -129,6 +129,8 @@ class SessionRequest:
     lock_timeout_s: float | None = 600.0
     launched_at: str = ""
     command: str = ""  # the command as typed, for `logs` to list
+    serving_on_modal: bool = False  # --backend modal: the model is served by a Modal app
+    keep_deployment: bool = False  # --keep-deployment
 
     @property
     def args(self) -> list[str]:
@@ -150,6 +152,8 @@ class SessionRequest:
             "lock_timeout_s": self.lock_timeout_s,
             "launched_at": self.launched_at,
             "command": self.command,
+            "serving_on_modal": self.serving_on_modal,
+            "keep_deployment": self.keep_deployment,
         }
 
     @classmethod
@@ -169,6 +173,8 @@ class SessionRequest:
             lock_timeout_s=None if timeout is None else float(timeout),
             launched_at=str(data.get("launched_at") or ""),
             command=str(data.get("command") or ""),
+            serving_on_modal=bool(data.get("serving_on_modal")),
+            keep_deployment=bool(data.get("keep_deployment")),
         )
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_modal_eval.collect.items import BenchmarkItem
+from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.exceptions import DetachError, ServingError
 from pytest_modal_eval.model_names import model_slug
 from pytest_modal_eval.redact import KNOWN_SECRET_VARIABLES, secret_variables
@@ -118,6 +119,8 @@ class DetachedSession:
             junit=bool(getattr(self.config.option, "xmlpath", None)),
             lock_timeout_s=settings.lock_timeout_s,
             command=shlex.join(["pytest", *self.config.invocation_params.args]),
+            serving_on_modal=backend(settings.backend).on_modal,
+            keep_deployment=settings.keep_deployment,
         )
 
     def _planned(self, item: BenchmarkItem, root: Path, invocation: Path) -> PlannedItem:
