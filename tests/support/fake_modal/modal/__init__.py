@@ -33,7 +33,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -41,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import config, exception
+from . import _fake_store, config, exception
 from ._fake_dicts import Dict
 from ._fake_functions import (
     App,
@@ -234,14 +233,7 @@ class Sandbox:
             "encrypted_ports": list(options.get("encrypted_ports") or []),
         }
         (box / "spec.json").write_text(json.dumps(spec))
-        subprocess.run(
-            [sys.executable, str(SUPERVISOR), str(box)],
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=True,
-        )
+        _fake_store.start_supervisor(SUPERVISOR, box)
         deadline = time.monotonic() + 10
         while not (box / "supervisor.pid").exists():
             if time.monotonic() > deadline:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -219,14 +217,8 @@ class Function:
             {**app["functions"][self.name], "app": self.app_name, "function": self.name},
         )
         _store.write_json(call_dir / "input.json", {"args": list(args), "kwargs": kwargs})
-        subprocess.run(
-            [sys.executable, str(SUPERVISOR), str(call_dir)],
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=True,
-            env={**os.environ, "FAKE_MODAL_ROOT": str(_store.root())},
+        _store.start_supervisor(
+            SUPERVISOR, call_dir, {**os.environ, "FAKE_MODAL_ROOT": str(_store.root())}
         )
         return FunctionCall(call_id)
 

@@ -9,7 +9,9 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +51,17 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def start_supervisor(script: Path, folder: Path, env: Mapping[str, str] | None = None) -> None:
+    """Start ``script FOLDER`` in a session of its own: it forks and outlives its starter, as
+    a Modal sandbox or function call outlives its client."""
+    subprocess.run(
+        [sys.executable, str(script), str(folder)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        env=None if env is None else dict(env),
+    )

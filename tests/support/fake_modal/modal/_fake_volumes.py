@@ -155,19 +155,7 @@ class Volume:
 
     def _commit(self, folder: Path, manifest: Path) -> dict[str, Any]:
         known = _store.read_json(manifest) or {"local": {}, "remote": {}}
-        target = committed(self.name)
-        now = _scan(folder)
-        for relative, stat in now.items():
-            if known["local"].get(relative) != stat and _copy(folder / relative, target / relative):
-                known["local"][relative] = stat
-                with contextlib.suppress(FileNotFoundError):
-                    done = (target / relative).stat()
-                    known["remote"][relative] = [done.st_size, done.st_mtime_ns]
-        for relative in set(known["local"]) - set(now):
-            with contextlib.suppress(FileNotFoundError):
-                (target / relative).unlink()
-            known["local"].pop(relative)
-            known["remote"].pop(relative, None)
+        _push(folder, committed(self.name), known, "local", "remote")
         _store.write_json(manifest, known)
         return dict(known)
 
@@ -175,21 +163,26 @@ class Volume:
         folder, manifest = self._mounted()
         with _store.locked(_lock(self.name)):
             known = self._commit(folder, manifest)
-            source = committed(self.name)
-            now = _scan(source)
-            for relative, stat in now.items():
-                if known["remote"].get(relative) != stat and _copy(
-                    source / relative, folder / relative
-                ):
-                    known["remote"][relative] = stat
-                    done = (folder / relative).stat()
-                    known["local"][relative] = [done.st_size, done.st_mtime_ns]
-            for relative in set(known["remote"]) - set(now):
-                with contextlib.suppress(FileNotFoundError):
-                    (folder / relative).unlink()
-                known["remote"].pop(relative)
-                known["local"].pop(relative, None)
+            _push(committed(self.name), folder, known, "remote", "local")
             _store.write_json(manifest, known)
+
+
+def _push(source: Path, target: Path, known: dict[str, Any], mine: str, theirs: str) -> None:
+    """Copy to ``target`` what changed in ``source`` since the last sync (``known[mine]``,
+    its files' sizes and times then) and delete there what was deleted here; ``known[theirs]``
+    follows ``target``'s files."""
+    now = _scan(source)
+    for relative, stat in now.items():
+        if known[mine].get(relative) != stat and _copy(source / relative, target / relative):
+            known[mine][relative] = stat
+            with contextlib.suppress(FileNotFoundError):
+                done = (target / relative).stat()
+                known[theirs][relative] = [done.st_size, done.st_mtime_ns]
+    for relative in set(known[mine]) - set(now):
+        with contextlib.suppress(FileNotFoundError):
+            (target / relative).unlink()
+        known[mine].pop(relative)
+        known[theirs].pop(relative, None)
 
 
 class _Upload:
