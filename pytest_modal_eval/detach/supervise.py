@@ -76,6 +76,7 @@ class Committer:
         self._done = threading.Event()
         self._lock = threading.Lock()
         self.commits = 0
+        self._last_failure = ""
         self._thread = threading.Thread(target=self._loop, name="volume-commit", daemon=True)
 
     def start(self) -> None:
@@ -97,7 +98,9 @@ class Committer:
                 try:
                     self.commit()
                 except Exception as exc:  # the next commit carries it; the session goes on
-                    self.log.say(f"commit failed (retried with the next): {exc}")
+                    if str(exc) != self._last_failure:  # said once, not at every example
+                        self._last_failure = str(exc)
+                        self.log.say(f"commit failed (retried with the next): {exc}")
 
     def stop(self) -> None:
         """Stop the loop and commit what is left."""
