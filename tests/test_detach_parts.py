@@ -200,7 +200,9 @@ def test_shards_split_the_examples_into_contiguous_nearly_equal_parts() -> None:
             assert max(map(len, parts)) - min(map(len, parts)) <= 1
 
 
-def test_detach_options_that_cannot_work_fail_in_one_line(project: BenchmarkProject) -> None:
+def test_detach_options_that_cannot_work_fail_in_one_line(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project.add("alpha", n=3)
     result = project.run("--wait")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -208,6 +210,11 @@ def test_detach_options_that_cannot_work_fail_in_one_line(project: BenchmarkProj
     result = project.pytester.runpytest("--model", "m", "--backend", "local", "--detach")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --detach runs the session in a CPU container on Modal*"])
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-abcdefghijklmnop0123")
+    result = project.run("--detach", "-m", "sk-abcdefghijklmnop0123 or eval")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --detach: an argument holds the value of a secret*"])
+    assert "sk-abcdefghijklmnop0123" not in result.stdout.str() + result.stderr.str()
     result = project.run("--detach", "--snapshot-update")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --snapshot-update with --detach would store baselines*"])

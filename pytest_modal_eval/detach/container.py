@@ -20,6 +20,7 @@ A restarted controller does not start its workers again: their calls are recorde
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import tempfile
@@ -177,11 +178,16 @@ class Container:
         return self.project / self.request.invocation
 
     def check(self) -> str | None:
-        """Why pytest must end now (a stop request, a lost lease), or None."""
-        if self.calls.get(stop_key(self.request.session_id)):
-            self.stopped = True
-            return "a stop was requested (pytest-modal-eval stop)"
-        return self.leases.beat()
+        """Why pytest must end now (a stop request, a lost lease), or None. Modal failing to
+        answer is not a reason: the next look asks again."""
+        try:
+            if self.calls.get(stop_key(self.request.session_id)):
+                self.stopped = True
+                return "a stop was requested (pytest-modal-eval stop)"
+            return self.leases.beat()
+        except DetachError as exc:
+            self.log.say(f"could not look for a stop request or beat the leases: {exc}")
+            return None
 
     def env(self) -> dict[str, str]:
         """pytest's environment: this container's, with the project's own code importable."""
@@ -250,13 +256,24 @@ def run_controller(payload: dict[str, Any]) -> dict[str, Any]:
         state = "stopped" if box.stopped else "finished" if code in (0, 1, 5) else "failed"
     except DetachError as exc:
         box.log.say(f"error: {exc}")
-        status.update(error=str(exc))
-    finally:
-        status.update(state=state, exit_code=code, finished_at=now_text())
-        box.calls.commit()
-        box.leases.release()
-        _forget(box.calls, request)
+        status.update(error=box.redactor.text(str(exc)))
+    except BaseException:
+        _interrupted(box, status)
+        raise
+    status.update(state=state, exit_code=code, finished_at=now_text())
+    box.calls.commit()
+    box.leases.release()
+    _forget(box.calls, request)
     return {"exit_code": code, "session": request.session_id, "state": state}
+
+
+def _interrupted(box: Container, status: SessionStatus) -> None:
+    """Pre-empted or cancelled: what was saved is committed; the leases and the command stay
+    this call's, for the same input started again (a cancelled call's go stale)."""
+    box.log.say("the container is ending (pre-emption or cancellation)")
+    with contextlib.suppress(Exception):
+        status.update(state="interrupted")
+        box.calls.commit()
 
 
 def _session_args(box: Container, args: list[str]) -> list[str]:
@@ -380,7 +397,7 @@ def _wait_for_workers(
             outcome = box.calls.poll(call)
             if outcome.over:
                 value = outcome.value if isinstance(outcome.value, dict) else {}
-                outcomes[name] = (
+                outcomes[name] = box.redactor.text(
                     f"exit status {value.get('exit_code')}"
                     if outcome.state == "done"
                     else f"{outcome.state}: {outcome.error or 'no result'}"
@@ -436,7 +453,11 @@ def run_worker(payload: dict[str, Any]) -> dict[str, Any]:
         code = box.run(box.command_args(list(payload["args"]), str(payload["output"]), None))
     except DetachError as exc:
         box.log.say(f"error: {exc}")
-    finally:
-        box.calls.commit()
-        box.leases.release()
+    except BaseException:
+        box.log.say("the container is ending (pre-emption or cancellation)")
+        with contextlib.suppress(Exception):
+            box.calls.commit()
+        raise
+    box.calls.commit()
+    box.leases.release()
     return {"exit_code": code, "worker": name}

@@ -67,9 +67,9 @@ class DetachedSession:
         from pytest_modal_eval.detach.modal_calls import ModalCalls
         from pytest_modal_eval.serving.modal.access import check_modal_access
 
-        launch = self._launch()
-        calls = ModalCalls(launch.volume)
         try:
+            launch = self._launch()
+            calls = ModalCalls(launch.volume)
             check_modal_access()  # in milliseconds, not after a minute of the SDK's retries
             self.handle = start_or_attach(launch, calls, lambda text: self._line(text))
         except (DetachError, ServingError) as exc:
@@ -96,6 +96,13 @@ class DetachedSession:
         root = Path(self.config.rootpath).resolve()
         invocation = Path(self.config.invocation_params.dir).resolve()
         args = local_options_removed(self.config.invocation_params.args)
+        redactor = self.context.redactor
+        if any(redactor.text(arg) != arg for arg in args):
+            raise DetachError(
+                "--detach: an argument holds the value of a secret the session knows, and "
+                "arguments travel to Modal as they are (and show in its logs): leave the value "
+                "in its environment variable, which travels as a Modal secret"
+            )
         given = list(getattr(self.config.option, "file_or_dir", None) or ())
         options, paths = split_paths(args, given)
         paths = [relative_path(path, root, invocation) for path in paths]
@@ -145,7 +152,7 @@ class DetachedSession:
         self._line("  results:  pytest-modal-eval runs --remote; pytest-modal-eval pull RUN")
 
     def _wait(self, calls: ModalCalls, handle: Handle) -> None:
-        from pytest_modal_eval.detach.follow import follow
+        from pytest_modal_eval.detach.follow import follow, pull_file
         from pytest_modal_eval.detach.layout import SessionFiles
 
         writer = self.config.get_terminal_writer()
@@ -165,6 +172,11 @@ class DetachedSession:
         xmlpath = getattr(self.config.option, "xmlpath", None)
         if xmlpath:
             self._junit = (calls, str(SessionFiles(handle.session_id).junit), Path(xmlpath))
+        report = self.context.settings.report
+        if report is not None and pull_file(
+            calls, str(SessionFiles(handle.session_id).report), report
+        ):
+            self._line(f"evaluation report: {report} (the session's, from the Volume)")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
