@@ -223,7 +223,7 @@ def test_detach_options_that_cannot_work_fail_in_one_line(
 def test_a_fanned_out_session_stops_only_the_deployments_it_started() -> None:
     """With the model on Modal, the workers leave their shared deployment up; the controller
     stops what appeared while the session ran, and leaves what was there before."""
-    from pytest_modal_eval.detach.container import ServingApps
+    from pytest_modal_eval.detach.fanout import ServingApps
     from tests.test_cli_modal import FakeApps, record
 
     apps = FakeApps([record("eval-shared-aaaaaaaaaa", "org/a")])

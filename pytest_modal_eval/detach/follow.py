@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_modal_eval.detach.container import INTERNAL_ERROR
 from pytest_modal_eval.detach.layout import SessionFiles
 from pytest_modal_eval.detach.modal_calls import ModalCalls
+from pytest_modal_eval.detach.names import INTERNAL_ERROR
 from pytest_modal_eval.exceptions import DetachError
 
 #: Seconds between looks at a running session.

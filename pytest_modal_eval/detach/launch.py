@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_modal_eval.detach.app import build
-from pytest_modal_eval.detach.container import command_lease_key, now_text
 from pytest_modal_eval.detach.image import local_environment
 from pytest_modal_eval.detach.layout import SessionFiles, new_session_id
 from pytest_modal_eval.detach.lease import BEAT_S, Lease, fresh
 from pytest_modal_eval.detach.modal_calls import ModalCalls
+from pytest_modal_eval.detach.names import command_lease_key, now_text
 from pytest_modal_eval.detach.project import digest, project_files
 from pytest_modal_eval.detach.request import PlannedItem, SessionRequest, command_key
 from pytest_modal_eval.detach.spec import CONTROLLER, RunnerSpec

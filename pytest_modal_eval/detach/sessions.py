@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_modal_eval.detach.container import stop_key, workers_key
 from pytest_modal_eval.detach.follow import Ended, ended, read_status
 from pytest_modal_eval.detach.layout import SESSIONS, SessionFiles
 from pytest_modal_eval.detach.modal_calls import ModalCalls
+from pytest_modal_eval.detach.names import stop_key, workers_key
 from pytest_modal_eval.exceptions import DetachError
 
 
