@@ -182,6 +182,10 @@ def test_detach_wait_runs_the_session_on_modal_pull_and_compare(
     shown = cli("show", "--remote", run_id)
     assert shown.exit_code == 0, shown.output
     assert f"run {run_id}" in shown.output
+    page = project.pytester.path / "remote.html"
+    reported = cli("report", "--remote", run_id, "-o", str(page))
+    assert reported.exit_code == 0, reported.output
+    assert "1 run, 12 examples" in reported.output and page.stat().st_size > 0
 
     pulled = cli("pull", run_id)
     assert pulled.exit_code == 0, pulled.output

@@ -77,6 +77,9 @@ def build(spec: RunnerSpec, env_values: Mapping[str, str] | None = None) -> Buil
         # A fresh container for each input: one session's files and processes never meet
         # another's.
         "single_use_containers": True,
+        # This package is in the image: pinned when installed from an index, else added as
+        # local source (RunnerImage.sources); Modal does not add it a second time.
+        "include_source": False,
     }
     controller = app.function(name=CONTROLLER, **options)(run_session)
     worker = app.function(name=WORKER, **options)(run_worker)
