@@ -217,12 +217,14 @@ def test_detach_wait_runs_the_session_on_modal_pull_and_compare(
     assert "OK: no significant drop" in compared.output
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["sigkill", "sigint"])
 def test_a_preempted_container_resumes_losing_and_repeating_nothing(
-    detached: BenchmarkProject, stand_in: StandIn
+    detached: BenchmarkProject, stand_in: StandIn, sig: signal.Signals
 ) -> None:
-    """SIGKILL the container mid-run: its call starts it again, which goes on from what the
-    Volume holds. Every example committed before the kill is never asked again; only the
-    requests in flight at the kill are (as a local resume after kill -9)."""
+    """Kill the container mid-run, outright (SIGKILL) or as Modal pre-empts (SIGINT to its
+    processes, which then save and commit): its call starts it again, which goes on from what
+    the Volume holds. Every example finished before the kill is never asked again; only the
+    requests in flight at the kill are (as a local resume)."""
     project = detached
     n, concurrency = 40, 4
     rows = arithmetic_rows(n)
@@ -244,7 +246,7 @@ def test_a_preempted_container_resumes_losing_and_repeating_nothing(
     kept = committed()
     [call] = stand_in.calls()
     container = int((call / "attempt-1" / "pid").read_text())
-    os.killpg(container, signal.SIGKILL)
+    os.killpg(container, sig)
     wait_for(lambda: (call / "attempt-2" / "pid").exists(), what="the restart")
     project.server.configure(hold_after=None)
     wait_for(lambda: (call / "outcome.json").exists(), timeout=180, what="the session's end")
@@ -266,6 +268,8 @@ def test_a_preempted_container_resumes_losing_and_repeating_nothing(
     logs = cli("logs", sid)
     assert logs.exit_code == 0, logs.output
     assert "attempt 2: the session goes on from what the Volume holds" in logs.output
+    if sig == signal.SIGINT:  # pytest ended as at Ctrl-C, and the runner committed after it
+        assert "the container is ending (pre-emption or cancellation)" in logs.output
     status = json.loads((stand_in.volume / "sessions" / sid / "status.json").read_text())
     assert (status["attempt"], status["state"], status["exit_code"]) == (2, "finished", 0)
 

@@ -185,12 +185,12 @@ class Supervisor:
             return None
 
     def _end(self, process: subprocess.Popen[bytes]) -> None:
-        if process.poll() is not None:
+        """pytest interrupted as by Ctrl-C (once: a signal sent to the whole container has
+        reached it already, and a second Ctrl-C would cut its saving short), then killed."""
+        if self._wait(process, 2.0) is not None:
             return
         with contextlib.suppress(OSError):
             process.send_signal(signal.SIGINT)
-        try:
-            process.wait(GRACE_S)
-        except subprocess.TimeoutExpired:
+        if self._wait(process, GRACE_S) is None:
             process.kill()
             process.wait()
