@@ -79,3 +79,8 @@ class RunFileError(EvalProblem):
 class RecordingError(EvalProblem):
     """A run's file could not be written (disk full, permissions, a file-size limit); the
     message names the path and the fix. Finished examples are already in the checkpoint."""
+
+
+class DetachError(ModalEvalError):
+    """A detached session (``--detach``) could not be started, followed, pulled or stopped, or
+    Modal refused what it asked; the message names the session, run or setting and the fix."""

@@ -29,6 +29,7 @@ from pytest_modal_eval.collect.server_plan import PLAN_KEY, ServerPlan
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.config.locations import session_logs_dir
 from pytest_modal_eval.config.options import add_options, resolve_settings
+from pytest_modal_eval.detach.commit_signal import CommitSignal
 from pytest_modal_eval.exceptions import OptionError, ShareError
 from pytest_modal_eval.report.redaction import RedactedOutput
 from pytest_modal_eval.runs.identity import ModelIdentities
@@ -59,6 +60,17 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from pytest_modal_eval import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> Any:
+    """Runs first, in the process pytest was started in: with ``--detach``, xdist starts no
+    workers here (``-n`` travels with the arguments to the container, which runs them)."""
+    if getattr(config.option, "modal_eval_detach", False) and hasattr(config.option, "dist"):
+        config.option.numprocesses = 0
+        config.option.distload = False
+        config.option.dist = "no"
+    return (yield)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -106,6 +118,9 @@ def pytest_configure(config: pytest.Config) -> None:
     spec = backend(settings.backend)
     if spec.on_modal and settings.model and not config.option.collectonly:
         _check_modal_credentials()
+    if settings.detach is not None:
+        _register_detached(config, session, spec.runs_here)
+        return
     # A server started on this machine reads a local --model directory itself.
     if spec.runs_here and not config.option.collectonly:
         _check_local_models(settings.models)
@@ -115,6 +130,32 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     controller = ControllerSession(config, session, deployments, sharing, tracing)
     config.pluginmanager.register(controller, CONTROLLER_PLUGIN)
+    signal = CommitSignal.from_env()
+    if signal is not None:  # in a detached runner's container: commit as examples finish
+        from pytest_modal_eval.session.container import CONTAINER_PLUGIN, ContainerSession
+
+        config.pluginmanager.register(ContainerSession(signal), CONTAINER_PLUGIN)
+
+
+def _register_detached(config: pytest.Config, session: EvalContext, runs_here: bool) -> None:
+    """``--detach``: the session is handed to Modal after collection, not run here."""
+    from pytest_modal_eval.session.detached import DETACHED_PLUGIN, DetachedSession
+
+    if runs_here:
+        raise pytest.UsageError(
+            "--detach runs the session in a CPU container on Modal, which cannot run vLLM "
+            "itself: serve the model with --backend modal, or give --base-url of an endpoint "
+            "Modal can reach"
+        )
+    if getattr(config.option, "update_snapshots", False) or getattr(
+        config.option, "update_new_snapshots_only", False
+    ):
+        raise pytest.UsageError(
+            "--snapshot-update with --detach would store baselines in the container's copy of "
+            "the project: run the session detached, `pytest-modal-eval pull RUN`, then "
+            "`pytest ... --snapshot-update` here (it finds the run finished and asks nothing)"
+        )
+    config.pluginmanager.register(DetachedSession(config, session), DETACHED_PLUGIN)
 
 
 def _traces(

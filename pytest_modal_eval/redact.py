@@ -472,3 +472,12 @@ def mask_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(vllm, Mapping) and vllm.get("extra_args"):
         out["vllm"] = {**vllm, "extra_args": mask_args(vllm["extra_args"])}
     return out
+
+
+def secret_variables(env_args: Mapping[str, Any]) -> list[str]:
+    """The environment variables a benchmark's settings name as holding secrets (a judge's
+    ``api_key_var``, ``headers_from_env``): what a detached session sends to its container."""
+    values: list[str] = []
+    variables: list[str] = []
+    _find_secrets(env_args, values, variables)
+    return variables

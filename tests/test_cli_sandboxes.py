@@ -209,9 +209,12 @@ def test_usage() -> None:
         assert result.exit_code == 2
         return result.output.splitlines()[-1]
 
-    one_of = "Error: give one of -m MODEL (optionally with -b BENCHMARK), --all or --sandboxes"
+    one_of = (
+        "Error: give one of SESSION, -m MODEL (optionally with -b BENCHMARK), --all or --sandboxes"
+    )
     assert usage_error("--sandboxes", "--all") == one_of
     assert usage_error("--sandboxes", "-m", "a/b") == one_of
+    assert usage_error("20261128-184951-1d633c", "--all") == one_of
     assert usage_error("--all", "--session", "x") == "Error: --session needs --sandboxes"
 
 

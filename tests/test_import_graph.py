@@ -412,16 +412,21 @@ def hook_implementations(root: Path) -> dict[str, list[str]]:
 
 
 def test_every_hook_is_in_the_entry_point_or_the_session_pair() -> None:
-    """plugin.py keeps the hooks that make the plugin and registers the session pair; every
-    other hook is a method of session/worker.py's or session/controller.py's class."""
+    """plugin.py keeps the hooks that make the plugin and registers the session objects;
+    every other hook is a method of a session object's class (session/): the pair, and the
+    sessions of ``--detach`` where it was typed and in its container."""
     found = hook_implementations(ROOT)
     assert sorted(found.pop("plugin.py")) == sorted(
         ["pytest_addoption", "pytest_addhooks", "pytest_configure", "pytest_collect_file"]
-        + ["register"] * 3  # the fixtures module and the two sessions
+        + ["pytest_cmdline_main"]  # --detach: no xdist workers where it was typed
+        # the fixtures module, the pair, and the detached and container sessions
+        + ["register"] * 5
     )
     assert found.pop("hookspecs.py") == ["pytest_modal_eval_finished"]  # a specification
     assert set(found.pop("session/worker.py")) >= {"pytest_runtest_logreport"}
     assert set(found.pop("session/controller.py")) >= {"pytest_terminal_summary"}
+    assert set(found.pop("session/detached.py")) >= {"pytest_runtestloop"}
+    assert set(found.pop("session/container.py")) >= {"pytest_runtest_logreport"}
     assert found == {}, "hooks or plugin registrations outside plugin.py and session/"
 
 

@@ -23,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "compare": "pytest_modal_eval.cli.compare:compare",
     "report": "pytest_modal_eval.cli.report:report",
     "push": "pytest_modal_eval.cli.push:push",
+    "pull": "pytest_modal_eval.cli.pull:pull",
+    "logs": "pytest_modal_eval.cli.logs:logs",
 }
 
 

@@ -20,9 +20,15 @@ from typing import Any
 import click
 
 from pytest_modal_eval.cli.common import echo_json, output_dir_option, resolve_output_dir, say
+from pytest_modal_eval.cli.remote import (
+    RemoteRuns,
+    find_run_here_or_remote,
+    remote_option,
+    volume_option,
+)
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.runs.answer_key import comparable_fields
-from pytest_modal_eval.runs.locate import FIND_RUNS, RunNotFound, find_run
+from pytest_modal_eval.runs.locate import FIND_RUNS, RunNotFound
 from pytest_modal_eval.runs.paths import RunPaths
 
 EXIT_DROP = 1
@@ -62,6 +68,8 @@ class CompareError(click.ClickException):
     "headline seat, agent.seat)",
 )
 @output_dir_option
+@remote_option
+@volume_option
 def compare(
     run_a: str,
     run_b: str,
@@ -70,6 +78,8 @@ def compare(
     alpha: float,
     seat: str | None,
     output_dir: str | None,
+    remote: bool,
+    volume: str | None,
 ) -> None:
     """Compare RUN_B with RUN_A (runs of one benchmark: run ids or directories) on the examples
     both finished: difference in mean reward with its interval (two-sided at 1 - 2 alpha, so that
@@ -84,8 +94,9 @@ def compare(
 
     try:
         output = resolve_output_dir(output_dir)
-        a = StoredRun.read(find_run(run_a, output), seat)
-        b = StoredRun.read(find_run(run_b, output), a.seat)
+        where = RemoteRuns(volume) if remote else None
+        a = StoredRun.read(find_run_here_or_remote(run_a, output, where), seat)
+        b = StoredRun.read(find_run_here_or_remote(run_b, output, where), a.seat)
     except (RunFileError, RunNotFound) as exc:
         raise CompareError(str(exc)) from None
     if a.benchmark != b.benchmark:

@@ -13,6 +13,7 @@ from pytest_modal_eval.cli.common import (
     resolve_output_dir,
     say,
 )
+from pytest_modal_eval.cli.remote import RemoteRuns, remote_option, volume_option
 from pytest_modal_eval.report.html import write_report
 from pytest_modal_eval.report.page import ReportError
 from pytest_modal_eval.runs.locate import RunNotFound, find_locations, newest_finished
@@ -30,9 +31,16 @@ from pytest_modal_eval.runs.paths import RunPaths
     help="where to write the page (its directory must exist)",
 )
 @output_dir_option
+@remote_option
+@volume_option
 @api_key_env_option
 def report(
-    runs: tuple[str, ...], output: Path, output_dir: str | None, api_key_env: str | None
+    runs: tuple[str, ...],
+    output: Path,
+    output_dir: str | None,
+    remote: bool,
+    volume: str | None,
+    api_key_env: str | None,
 ) -> None:
     """Write one self-contained HTML page for RUN... .
 
@@ -49,14 +57,18 @@ def report(
             f"-o {output}: {folder} is {problem}; create it first or choose another -o"
         )
     root = resolve_output_dir(output_dir)
+    where = RemoteRuns(volume) if remote else None
     run_dirs: list[Path] = []
     for run in runs:
         try:
             found = find_locations(run, root)
         except RunNotFound:
-            if not Path(run).is_dir():
+            if where is not None and not Path(run).is_dir():
+                found = [where.run(run)]
+            elif not Path(run).is_dir():
                 raise
-            found = []  # a directory without runs: told below, as one without finished runs
+            else:
+                found = []  # a directory without runs: told below, as one without finished runs
         # A run named itself is shown whatever its state; of a directory of runs, the finished.
         named = not Path(run).is_dir() or RunPaths(Path(run)).is_run()
         finished = [paths.dir for paths in (found if named else newest_finished(found))]

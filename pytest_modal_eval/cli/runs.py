@@ -16,6 +16,7 @@ from pytest_modal_eval.cli.common import (
     shown,
     table,
 )
+from pytest_modal_eval.cli.remote import RemoteRuns, volume_option
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.runs.locate import list_runs
 from pytest_modal_eval.runs.paths import RunListing
@@ -91,12 +92,20 @@ def row(run: RunListing) -> list[str]:
     help="show the newest N runs. Default: all.",
 )
 @output_dir_option
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="list the runs of detached sessions (pytest --detach) on their Modal Volume instead",
+)
+@volume_option
 @json_option
 def runs(
     benchmark: str | None,
     model: str | None,
     limit: int | None,
     output_dir: str | None,
+    remote: bool,
+    volume: str | None,
     as_json: bool,
 ) -> None:
     """List runs, newest first: state, reward ± stderr [95 % CI], verdict, start, evaluation
@@ -105,7 +114,7 @@ def runs(
     Reads only the small files of each run (never the results or the checkpoint). A run whose
     files are damaged is named on stderr, one line each, and the exit status is 1.
     """
-    root = resolve_output_dir(output_dir)
+    root = RemoteRuns(volume).listing() if remote else resolve_output_dir(output_dir)
     problems: list[RunFileError] = []
     found = list_runs(root, benchmark=benchmark, model=model, limit=limit, problems=problems)
     try:

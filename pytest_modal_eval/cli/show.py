@@ -16,11 +16,16 @@ from pytest_modal_eval.cli.common import (
     resolve_output_dir,
     shown,
 )
+from pytest_modal_eval.cli.remote import (
+    RemoteRuns,
+    find_run_here_or_remote,
+    remote_option,
+    volume_option,
+)
 from pytest_modal_eval.cli.runs import reward_text, seat_text, time_text
 from pytest_modal_eval.config.backends import BACKENDS, SERVER_SECTIONS
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.gate.verdict import ReferenceComparison
-from pytest_modal_eval.runs.locate import find_run
 from pytest_modal_eval.runs.messages import content_text, question_or_prompt
 from pytest_modal_eval.runs.paths import read_listing
 from pytest_modal_eval.stats.format import describe_attempts, describe_comparison
@@ -80,6 +85,8 @@ def _play(play: Any) -> str:
     help="examples to show (0: none)",
 )
 @output_dir_option
+@remote_option
+@volume_option
 @api_key_env_option
 @json_option
 def show(
@@ -88,6 +95,8 @@ def show(
     errored: bool,
     limit: int,
     output_dir: str | None,
+    remote: bool,
+    volume: str | None,
     api_key_env: str | None,
     as_json: bool,
 ) -> None:
@@ -95,7 +104,9 @@ def show(
 
     The secrets a pytest session of this project knows are shown as [redacted].
     """
-    paths = find_run(run, resolve_output_dir(output_dir))
+    paths = find_run_here_or_remote(
+        run, resolve_output_dir(output_dir), RemoteRuns(volume) if remote else None
+    )
     listing = read_listing(paths)
     redactor = project_redactor(api_key_env)
     config = redactor.json(paths.read_run_config() or {}, by_name=False)

@@ -1,15 +1,17 @@
-"""``pytest-modal-eval stop``: stop this tool's deployments, or end its leftover sandboxes, and
-nothing else."""
+"""``pytest-modal-eval stop``: stop a detached session, this tool's deployments, or end its
+leftover sandboxes, and nothing else."""
 
 from __future__ import annotations
 
 import click
 
 from pytest_modal_eval.cli.common import say, shown
-from pytest_modal_eval.exceptions import ServingError
+from pytest_modal_eval.cli.remote import volume_option
+from pytest_modal_eval.exceptions import DetachError, ServingError
 
 
 @click.command()
+@click.argument("detached", metavar="SESSION", required=False)
 @click.option("-m", "--model", metavar="ORG/NAME", default=None, help="stop this model's apps")
 @click.option(
     "-b",
@@ -41,9 +43,20 @@ from pytest_modal_eval.exceptions import ServingError
 )
 @click.option("--dry-run", is_flag=True, help="list what would be stopped, stop nothing")
 @click.option("-y", "--yes", is_flag=True, help="do not ask for confirmation")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="with SESSION: how long it gets to save and end before its containers are terminated",
+)
+@volume_option
 @click.pass_context
 def stop(
     ctx: click.Context,
+    detached: str | None,
     model: str | None,
     benchmark_path: str | None,
     overrides: tuple[str, ...],
@@ -52,13 +65,22 @@ def stop(
     session: str | None,
     dry_run: bool,
     yes: bool,
+    timeout_s: float,
+    volume: str | None,
 ) -> None:
-    """Stop Modal apps this tool deployed, or end the Modal sandboxes its runs left
-    (never any other app or sandbox)."""
-    if [bool(model), stop_all, sandboxes].count(True) != 1:
+    """Stop a detached session (SESSION: its id, or a unique start of it), Modal apps this
+    tool deployed, or end the Modal sandboxes its runs left (never any other app or sandbox).
+
+    A session is asked to stop first: its pytest saves what it finished, stops the servers it
+    started (a deployment another session uses is left alone) and ends; one that has not ended
+    after --timeout seconds has its containers terminated."""
+    if [bool(detached), bool(model), stop_all, sandboxes].count(True) != 1:
         raise click.UsageError(
-            "give one of -m MODEL (optionally with -b BENCHMARK), --all or --sandboxes"
+            "give one of SESSION, -m MODEL (optionally with -b BENCHMARK), --all or --sandboxes"
         )
+    if detached:
+        stop_session(detached, timeout_s, volume, dry_run, yes)
+        return
     if benchmark_path and not model:
         raise click.UsageError("-b needs -m MODEL")
     if session and not sandboxes:
@@ -151,3 +173,29 @@ def stop_sandboxes(session: str | None, dry_run: bool, yes: bool) -> None:
             )
     except ServingError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def stop_session(
+    session: str, timeout_s: float, volume: str | None, dry_run: bool, yes: bool
+) -> None:
+    """Ask a detached session to stop, and wait for it (terminate it after ``timeout_s``)."""
+    from pytest_modal_eval.cli.remote import modal_calls
+    from pytest_modal_eval.detach.sessions import describe, find_session
+    from pytest_modal_eval.detach.sessions import stop as stop_detached
+
+    calls = modal_calls(volume)
+    try:
+        found = find_session(calls, session)
+        info = describe(calls, found)
+        say(f"{found}  ({info.state}) {info.command}")
+        if dry_run:
+            return
+        if not yes:
+            click.confirm(f"stop session {found}?", abort=True)
+        end = stop_detached(calls, found, wait_s=timeout_s, say=say)
+    except DetachError as exc:
+        raise click.ClickException(str(exc)) from None
+    if end is None:
+        say(f"session {found} had ended already ({info.state})")
+    else:
+        say(f"session {found} {end.state}: exit status {end.exit_code}")

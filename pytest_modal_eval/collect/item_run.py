@@ -135,6 +135,8 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
             say=lambda line: _say(session, f"{item.benchmark.name}: {line}"),
         ),
         observer=session.observer,
+        shard=settings.shard,
+        container=settings.container,
     )
     try:
         with phases.phase(f"{item.benchmark.name}: loading environment {config.env_id}"):
@@ -142,6 +144,10 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
     except EnvironmentLoadError as exc:
         source = env_args_source(item.path, settings.overrides, str(exc))
         raise EvalProblem(f"{source}: {exc}") from None
+    if settings.shard is not None and not run.selected_ids:
+        run.close()
+        k, n = settings.shard
+        pytest.skip(f"{item.benchmark.name}: shard {k}/{n} holds no example")
     try:
         item.stash[PREPARED_KEY] = _prepare_run(session, item, run, request, identity, stored)
     except BaseException:

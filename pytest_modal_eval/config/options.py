@@ -6,6 +6,7 @@ No pytest at run time: the plugin hands in its parser and config, and reports an
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -27,6 +28,14 @@ DEFAULT_FILES = ["evals/*.yaml", "evals/*.yml"]
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 #: What --eval-lock-timeout gives for "wait as long as it takes".
 NO_LOCK_TIMEOUT = -1.0
+#: The Modal Volume detached runs keep their files on, unless ini modal_eval_detach_volume names
+#: another.
+DEFAULT_DETACH_VOLUME = "pytest-modal-eval-runs"
+DEFAULT_DETACH_CPU = 2.0
+DEFAULT_DETACH_MEMORY_MIB = 4096
+#: Set by the detached runner's function in its container (JSON: ``{"cpu": 2.0, "memory_mib":
+#: 4096}``): the container's size, which each run's cost record carries.
+CONTAINER_ENV = "MODAL_EVAL_CONTAINER"
 
 
 def parse_lock_timeout(text: str, source: str = "--eval-lock-timeout") -> float:
@@ -43,6 +52,35 @@ def parse_lock_timeout(text: str, source: str = "--eval-lock-timeout") -> float:
             "another process is evaluating the run) or 'none' to wait as long as it takes"
         )
     return seconds
+
+
+def parse_shard(text: str, source: str = "--eval-shard") -> tuple[int, int]:
+    """``--eval-shard K/N``: the K-th (from 1) of N contiguous shards."""
+    index, _, count = text.partition("/")
+    try:
+        k, n = int(index), int(count)
+    except ValueError:
+        k = n = 0
+    if not 1 <= k <= n:
+        raise OptionError(
+            f"{source} {text!r}: give K/N with 1 <= K <= N, e.g. 2/8 (the second of eight shards)"
+        )
+    return k, n
+
+
+def parse_shards(text: str) -> tuple[str, int]:
+    """``--detach-shards [BENCHMARK=]N``: ``("", N)`` for every benchmark, else that one's."""
+    name, _, count = text.rpartition("=")
+    try:
+        n = int(count)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise OptionError(
+            f"--detach-shards {text!r}: give N (every benchmark in N shards) or BENCHMARK=N, "
+            "with N a whole number from 1"
+        )
+    return name.strip(), n
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -163,6 +201,53 @@ def add_options(parser: pytest.Parser) -> None:
         "goes on from what that process finished); 0 errors at once, 'none' waits as long as "
         f"it takes. Default: ini modal_eval_lock_timeout, else {DEFAULT_LOCK_TIMEOUT_S:g}.",
     )
+    group.addoption(
+        "--eval-shard",
+        dest="modal_eval_shard",
+        metavar="K/N",
+        type=parse_shard,
+        default=None,
+        help="evaluate only the K-th of N contiguous shards of each benchmark's selected "
+        "examples (what --detach-shards gives each container); the shard's run has the "
+        "benchmark's answer key. Default: every example.",
+    )
+    group.addoption(
+        "--detach",
+        dest="modal_eval_detach",
+        action="store_true",
+        default=False,
+        help="run this pytest session on Modal, in a CPU container, and return at once with "
+        "its handle; results are kept on a Modal Volume (see docs/detached.md). Default: run "
+        "here.",
+    )
+    group.addoption(
+        "--wait",
+        dest="modal_eval_wait",
+        action="store_true",
+        default=False,
+        help="with --detach: follow the session's output until it ends and exit with its exit "
+        "status (--junitxml is pulled here); run again after losing it to attach. Default: "
+        "return at once.",
+    )
+    group.addoption(
+        "--detach-parallel",
+        dest="modal_eval_detach_parallel",
+        action="store_true",
+        default=False,
+        help="with --detach: each benchmark item in a container of its own, then one summary, "
+        "gate and report over all of them. Default: one container runs the session.",
+    )
+    group.addoption(
+        "--detach-shards",
+        dest="modal_eval_detach_shards",
+        metavar="[BENCHMARK=]N",
+        action="append",
+        type=parse_shards,
+        default=[],
+        help="with --detach (implies --detach-parallel): split a benchmark's examples into N "
+        "shards, each in a container of its own (N alone: every benchmark). Repeatable. "
+        "Default: no shards.",
+    )
     parser.addini(
         "modal_eval_files",
         type="linelist",
@@ -186,6 +271,38 @@ def add_options(parser: pytest.Parser) -> None:
         "credentials; see docs/security.md). Default: none.",
     )
     parser.addini(
+        "modal_eval_detach_volume",
+        default="",
+        help=f"the Modal Volume --detach keeps sessions and runs on. Default: "
+        f"{DEFAULT_DETACH_VOLUME}.",
+    )
+    parser.addini(
+        "modal_eval_detach_env",
+        type="linelist",
+        default=[],
+        help="names of environment variables --detach copies into the container (as a Modal "
+        "secret, never into the image or the arguments), beside the session's secret ones "
+        "(--api-key-env's, modal_eval_secret_env's, the plugin's credentials), which always "
+        "travel. Default: none.",
+    )
+    parser.addini(
+        "modal_eval_detach_secrets",
+        type="linelist",
+        default=[],
+        help="names of Modal secrets (`modal secret create NAME ...`) the --detach container "
+        "gets, one per line. Default: none.",
+    )
+    parser.addini(
+        "modal_eval_detach_cpu",
+        default="",
+        help=f"CPU cores of a --detach container. Default: {DEFAULT_DETACH_CPU:g}.",
+    )
+    parser.addini(
+        "modal_eval_detach_memory",
+        default="",
+        help=f"memory (MiB) of a --detach container. Default: {DEFAULT_DETACH_MEMORY_MIB}.",
+    )
+    parser.addini(
         "modal_eval_gpu_prices",
         type="linelist",
         default=[],
@@ -200,6 +317,26 @@ def _distinct_models(models: list[str]) -> tuple[str, ...]:
     if repeated:
         raise OptionError(f"--model {repeated[0]} is given more than once")
     return tuple(models)
+
+
+@dataclass(frozen=True)
+class DetachSettings:
+    """``--detach`` and its settings (see :mod:`pytest_modal_eval.detach`)."""
+
+    wait: bool = False
+    parallel: bool = False
+    # (benchmark, shards): "" names every benchmark
+    shards: tuple[tuple[str, int], ...] = ()
+    volume: str = DEFAULT_DETACH_VOLUME
+    env: tuple[str, ...] = ()  # further variables copied into the container
+    secrets: tuple[str, ...] = ()  # named Modal secrets the container gets
+    cpu: float = DEFAULT_DETACH_CPU
+    memory_mib: int = DEFAULT_DETACH_MEMORY_MIB
+
+    def shards_of(self, benchmark: str) -> int:
+        """How many shards ``benchmark`` is split into (1: none)."""
+        named = dict(self.shards)
+        return named.get(benchmark, named.get("", 1))
 
 
 @dataclass(frozen=True)
@@ -221,6 +358,12 @@ class Settings:
     secret_env: tuple[str, ...] = ()  # ini modal_eval_secret_env: more secret variables
     # Seconds a benchmark waits for a run another process evaluates; None: as long as it takes.
     lock_timeout_s: float | None = DEFAULT_LOCK_TIMEOUT_S
+    # --eval-shard: (K, N), this session evaluates the K-th of N shards of each benchmark.
+    shard: tuple[int, int] | None = None
+    # --detach: the session runs on Modal (None: here).
+    detach: DetachSettings | None = None
+    # Inside a detached container (CONTAINER_ENV): its CPU cores and memory (MiB).
+    container: tuple[float, int] | None = None
 
     @property
     def model(self) -> str | None:
@@ -304,7 +447,66 @@ def resolve_settings(config: pytest.Config) -> Settings:
         gpu_prices=_gpu_prices(config.getini("modal_eval_gpu_prices") or []),
         secret_env=tuple(config.getini("modal_eval_secret_env") or ()),
         lock_timeout_s=_lock_timeout(option("modal_eval_lock_timeout"), ini),
+        shard=option("modal_eval_shard"),
+        detach=_detach(option, config.getini, ini),
+        container=_container(os.environ.get(CONTAINER_ENV)),
     )
+
+
+def _detach(
+    option: Callable[[str], Any], getini: Callable[[str], Any], ini: Callable[[str], str]
+) -> DetachSettings | None:
+    shards = tuple(option("modal_eval_detach_shards") or ())
+    parallel = bool(option("modal_eval_detach_parallel"))
+    wait = bool(option("modal_eval_wait"))
+    if not option("modal_eval_detach"):
+        for given, name in (
+            (wait, "--wait"),
+            (parallel, "--detach-parallel"),
+            (shards, "--detach-shards"),
+        ):
+            if given:
+                raise OptionError(f"{name} goes with --detach")
+        return None
+    return DetachSettings(
+        wait=wait,
+        parallel=parallel or bool(shards),
+        shards=shards,
+        volume=ini("modal_eval_detach_volume").strip() or DEFAULT_DETACH_VOLUME,
+        env=tuple(getini("modal_eval_detach_env") or ()),
+        secrets=tuple(getini("modal_eval_detach_secrets") or ()),
+        cpu=_positive(ini("modal_eval_detach_cpu"), "modal_eval_detach_cpu", DEFAULT_DETACH_CPU),
+        memory_mib=int(
+            _positive(
+                ini("modal_eval_detach_memory"),
+                "modal_eval_detach_memory",
+                DEFAULT_DETACH_MEMORY_MIB,
+            )
+        ),
+    )
+
+
+def _positive(text: str, key: str, default: float) -> float:
+    if not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise OptionError(f"ini {key} = {text!r}: give a positive number (default {default:g})")
+    return value
+
+
+def _container(text: str | None) -> tuple[float, int] | None:
+    """The detached container's size, from :data:`CONTAINER_ENV` (None: not in one)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        return float(data["cpu"]), int(data["memory_mib"])
+    except (ValueError, KeyError, TypeError):
+        raise OptionError(f"${CONTAINER_ENV} = {text!r} is not the runner's JSON") from None
 
 
 def _with_early_stop(

@@ -34,7 +34,7 @@ from pytest_modal_eval.runs.outcome import (
 )
 from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.runs.record import rollout_record
-from pytest_modal_eval.runs.request import RunRequest
+from pytest_modal_eval.runs.request import RunRequest, shard_slice
 from pytest_modal_eval.runs.resume import PriorRun, RunChoice
 from pytest_modal_eval.runs.rollout_batches import run_grouped, verifiers_log_to
 from pytest_modal_eval.runs.run_files import checkpoint_meta, metadata_json
@@ -43,7 +43,7 @@ from pytest_modal_eval.runs.state import RunState
 from pytest_modal_eval.runs.store import Checkpoint, json_default, write_json_atomic, write_results
 from pytest_modal_eval.runs.times import RecordedTimes
 from pytest_modal_eval.runs.writer_lock import RunWriter
-from pytest_modal_eval.serving.costs import ServerTime
+from pytest_modal_eval.serving.costs import ContainerTime, ServerTime
 from pytest_modal_eval.serving.endpoint import EndpointInfo
 
 #: Consecutive errored examples after which the endpoint is taken to be down.
@@ -83,6 +83,8 @@ class BenchmarkRun:
         all_rows = verifiers_adapter.dataset_rows(self.env, None)
         n = config.eval.num_examples
         self.rows = all_rows[:n] if n else all_rows
+        if request.shard is not None:  # examples keep their ids, so the answer key stays
+            self.rows = self.rows[shard_slice(len(self.rows), request.shard)]
         self.selected_ids = self.rows.example_ids()
         self.rollouts = config.eval.rollouts
         self.sampling = config.sampling.as_request_args()
@@ -194,16 +196,48 @@ class BenchmarkRun:
             used = server_startup_s + time.monotonic() - on_server_since
             return recorded.server_startup_s + server_startup_s, recorded.server_s + used
 
+        def container_s() -> float:
+            """Seconds the run held a detached container (its server wait and its evaluation),
+            every session's: what that container's CPU time is reckoned by."""
+            if info is None or request.container is None:
+                return recorded.container_s
+            return recorded.container_s + server_startup_s + time.monotonic() - on_server_since
+
+        def serving() -> dict[str, Any] | None:
+            """The run's server (and container) time record, this session's share included."""
+            if info is None:  # only reported: the time it recorded stays
+                return recorded.serving
+            startup_s, server_s = server_time()
+            used = ServerTime(
+                backend=str(info.profile.get("backend")),
+                gpu=(info.profile.get("infra") or {}).get("gpu"),
+                startup_s=startup_s,
+                server_s=server_s,
+            )
+            record = used.to_json(request.gpu_prices)
+            if request.container is not None or recorded.container_s:
+                cpu, memory_mib = request.container or recorded.container_size
+                record["container"] = ContainerTime(cpu, memory_mib, container_s()).to_json()
+            return record
+
         def meta() -> dict[str, Any]:
             startup_s, server_s = server_time()
-            return {
+            data = {
                 **checkpoint_meta(
                     run_id, config.env_id, request.model, rollouts, state, total, start_time
                 ),
                 "eval_s": round(eval_s(), 3),
                 "server_startup_s": round(startup_s, 3),
                 "server_s": round(server_s, 3),
+                # What metadata.json will say of the server, for a run finished by a later
+                # session that only reports it (one whose shards were merged, one killed after
+                # its last example).
+                "serving": serving(),
             }
+            if request.container is not None or recorded.container_s:
+                data["container_s"] = round(container_s(), 3)
+                data["container_size"] = list(request.container or recorded.container_size)
+            return data
 
         progress_step = max(1, int(total * PROGRESS_STEP))
         next_progress = done + progress_step
@@ -339,17 +373,9 @@ class BenchmarkRun:
         outcome.new_run_note = chosen.new_run_note
         outcome.serving_note = chosen.serving_note
         outcome.wait_note = self.writer.waited
-        if info is not None:
-            startup_s, server_s = server_time()
-            used = ServerTime(
-                backend=str(info.profile.get("backend")),
-                gpu=(info.profile.get("infra") or {}).get("gpu"),
-                startup_s=startup_s,
-                server_s=server_s,
-            )
-            outcome.serving = used.to_json(request.gpu_prices)
-        else:  # only reported: the server time it recorded stays
-            outcome.serving, outcome.server_used = recorded.serving, False
+        outcome.serving = serving()
+        if info is None:  # only reported: the server time it recorded stays
+            outcome.server_used = False
         outcome.answer_hash = answer_hash
         if early is not None and early.decided:
             # Examples never sent are not errors: only those that were sent and failed are.

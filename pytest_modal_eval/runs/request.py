@@ -52,3 +52,14 @@ class RunRequest:
     writer: WriterSpec | None = None
     # Who watches the run as it goes (the session's traces); None: nobody, nothing is told.
     observer: EvalObserver | None = None
+    # --eval-shard (K, N): only the K-th of N contiguous shards of the selected examples.
+    shard: tuple[int, int] | None = None
+    # In a detached container: its CPU cores and memory (MiB), for the run's cost record.
+    container: tuple[float, int] | None = None
+
+
+def shard_slice(total: int, shard: tuple[int, int]) -> slice:
+    """The examples (positions among ``total`` selected) of shard ``(K, N)``: the K-th of N
+    contiguous, nearly equal parts, the same whichever machine asks."""
+    k, n = shard
+    return slice((k - 1) * total // n, k * total // n)

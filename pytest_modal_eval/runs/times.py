@@ -7,6 +7,9 @@
 - **Server time** (``server_startup_s``, ``server_s``): the start-up of the server the run
   waited for, and that start-up plus the time the run evaluated on the server, summed over the
   same sessions; on Modal, GPU-hours and cost derive from it (``serving/costs.py``).
+- **Container time** (``container_s``; in ``metadata.json``'s ``serving.container``): in a
+  detached session's CPU container, the time the run held it (its server wait and its
+  evaluation), summed over the same sessions; its CPU core-hours derive from it.
 
 A session that continues a run adds its share to what the run recorded; a session that only
 reports a finished run (nothing to evaluate, no server) keeps what was recorded. The running
@@ -29,7 +32,11 @@ class RecordedTimes:
     eval_s: float = 0.0
     server_startup_s: float = 0.0
     server_s: float = 0.0
-    serving: dict[str, Any] | None = None  # metadata.json's serving record, as written
+    # metadata.json's serving record as written (checkpoint_meta.json's, before it finished)
+    serving: dict[str, Any] | None = None
+    container_s: float = 0.0
+    # The detached container's (CPU cores, memory MiB) the recorded time was spent in.
+    container_size: tuple[float, int] = (0.0, 0)
 
     @classmethod
     def read(cls, paths: RunPaths) -> RecordedTimes:
@@ -40,19 +47,34 @@ class RecordedTimes:
             serving = metadata.get("serving")
             serving = serving if isinstance(serving, dict) else None
             time_ms = metadata.get("time_ms")
+            container = (serving or {}).get("container")
+            container = container if isinstance(container, dict) else {}
             return cls(
                 eval_s=float(time_ms) / 1000 if isinstance(time_ms, (int, float)) else 0.0,
                 server_startup_s=_seconds((serving or {}).get("server_startup_s")),
                 server_s=_seconds((serving or {}).get("server_s")),
                 serving=serving,
+                container_s=_seconds(container.get("container_s")),
+                container_size=_size([container.get("cpu"), container.get("memory_mib")]),
             )
         meta = paths.read_checkpoint_meta() or {}
+        serving = meta.get("serving")
         return cls(
+            serving=serving if isinstance(serving, dict) else None,
             eval_s=_seconds(meta.get("eval_s")),
             server_startup_s=_seconds(meta.get("server_startup_s")),
             server_s=_seconds(meta.get("server_s")),
+            container_s=_seconds(meta.get("container_s")),
+            container_size=_size(meta.get("container_size")),
         )
 
 
 def _seconds(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _size(value: Any) -> tuple[float, int]:
+    """A container's (CPU cores, memory MiB) as recorded; zeros when not."""
+    if isinstance(value, list) and len(value) == 2:
+        return _seconds(value[0]), int(_seconds(value[1]))
+    return 0.0, 0

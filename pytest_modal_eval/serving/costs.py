@@ -1,4 +1,5 @@
-"""Server time per benchmark, and on Modal its GPU-hours and an estimated cost.
+"""Server time per benchmark, and on Modal its GPU-hours and an estimated cost; in a detached
+session, the CPU container's time and core-hours too.
 
 The cost is an estimate from list prices: GPU seconds only (Modal also bills the container's
 CPU and memory, a few percent of a GPU's price, and an idle container until its
@@ -55,3 +56,24 @@ class ServerTime:
                 price_source=source if price is not None else "no price known",
             )
         return data
+
+
+@dataclass(frozen=True)
+class ContainerTime:
+    """One benchmark's share of a detached session's CPU container (``--detach``): the time
+    it held the container, and the core-hours and GiB-hours that makes at the container's size.
+    (No price: Modal bills CPU and memory per second at rates this tool does not track.)"""
+
+    cpu: float  # cores
+    memory_mib: int
+    container_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        seconds = round(self.container_s, 1)
+        return {
+            "cpu": self.cpu,
+            "memory_mib": self.memory_mib,
+            "container_s": seconds,
+            "cpu_core_hours": round(seconds * self.cpu / 3600, 4),
+            "memory_gib_hours": round(seconds * self.memory_mib / 1024 / 3600, 4),
+        }

@@ -1,9 +1,11 @@
 """Put the local stand-in for Modal's SDK (``tests/support/fake_modal``) in place of ``modal``
 for one test, in this process; a subprocess gets it with :data:`FAKE_MODAL` first on
-``PYTHONPATH`` and ``FAKE_MODAL_SANDBOXES`` set."""
+``PYTHONPATH`` and ``FAKE_MODAL_SANDBOXES`` (sandboxes) or ``FAKE_MODAL_ROOT`` (functions,
+Volumes, Dicts) set. The stand-in's function calls left running are found and ended here."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 import time
@@ -60,4 +62,41 @@ def left_running(root: Path, grace: float = 10.0) -> list[str]:
     deadline = time.monotonic() + grace
     while (left := running_sandboxes(root)) and time.monotonic() < deadline:
         time.sleep(0.05)
+    return left
+
+
+def call_processes(root: Path) -> dict[str, list[int]]:
+    """Stand-in function calls under ``FAKE_MODAL_ROOT`` ``root`` whose supervisor or a
+    container is still alive: call id -> those processes."""
+    alive_now: dict[str, list[int]] = {}
+    for call in sorted((root / "calls").glob("fc-*")):
+        pids = [int(p.read_text()) for p in call.glob("attempt-*/pid")]
+        supervisor = call / "supervisor.pid"
+        if supervisor.exists():
+            pids.append(int(supervisor.read_text()))
+        if living := [pid for pid in pids if alive(pid)]:
+            alive_now[call.name] = living
+    return alive_now
+
+
+def end_calls(root: Path) -> None:
+    """Kill every stand-in call's supervisor and containers (a test's clean-up)."""
+    import os
+    import signal
+
+    for call in sorted((root / "calls").glob("fc-*")):
+        supervisor = call / "supervisor.pid"
+        if supervisor.exists():
+            with contextlib.suppress(OSError):
+                os.kill(int(supervisor.read_text()), signal.SIGKILL)
+        for pid_file in call.glob("attempt-*/pid"):
+            with contextlib.suppress(OSError):
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def calls_left_running(root: Path, grace: float = 15.0) -> dict[str, list[int]]:
+    """Calls still running ``grace`` seconds from now (a container ending saves and commits)."""
+    deadline = time.monotonic() + grace
+    while (left := call_processes(root)) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return left

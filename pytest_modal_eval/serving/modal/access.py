@@ -8,6 +8,7 @@ checks both first: the token in Modal's configuration (``MODAL_TOKEN_ID`` /
 
 from __future__ import annotations
 
+import os
 import socket
 from urllib.parse import urlparse
 
@@ -17,6 +18,13 @@ NO_TOKEN = (
     "no Modal token is configured: run `modal token new` "
     "(or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)"
 )
+
+
+def in_modal_container() -> bool:
+    """Whether this process runs in a Modal container (a detached session's runner, or a
+    process it started): the SDK then uses the container's own credentials, and no token is
+    configured. ``MODAL_IS_REMOTE`` is what the SDK itself reads for this (``modal.config``)."""
+    return os.environ.get("MODAL_IS_REMOTE") == "1"
 
 
 def reachable(url: str, timeout: float = 3.0) -> bool:
@@ -40,6 +48,8 @@ def check_modal_access() -> None:
     cannot be reached."""
     import modal.config
 
+    if in_modal_container():
+        return
     config = modal.config.config
     if not (config.get("token_id") and config.get("token_secret")):
         raise ServingError(NO_TOKEN)

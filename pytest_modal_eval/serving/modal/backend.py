@@ -70,6 +70,10 @@ def check_modal_token() -> None:
     """
     import modal.config
 
+    from pytest_modal_eval.serving.modal.access import in_modal_container
+
+    if in_modal_container():  # a detached session's container has its own credentials
+        return
     config = modal.config.config
     if not (config.get("token_id") and config.get("token_secret")):
         raise ServingError(_NO_TOKEN)

@@ -1,19 +1,22 @@
-"""A local stand-in for the Modal SDK's sandbox API (Modal's network is out of reach here).
+"""A local stand-in for the Modal SDK (Modal's network is out of reach here).
 
 Put ``tests/support/fake_modal`` first on ``PYTHONPATH`` (or this package in
-``sys.modules["modal"]``) and set ``FAKE_MODAL_SANDBOXES`` to a directory. What
-:mod:`pytest_modal_eval.client.modal_sandbox` and verifiers' ``ModalRuntime`` use is here:
-``App.lookup``, ``Image.from_registry(...).entrypoint``, ``Sandbox.create`` (main command,
-``env``, ``workdir``, ``tags``, ``timeout``, ``idle_timeout``; the rest accepted and
-recorded), ``Sandbox.exec`` (a process with stdin, stdout, stderr, ``wait``, ``poll``),
-``Sandbox.filesystem`` (``make_directory``, ``read_bytes``, ``write_bytes``) and
-``Sandbox.terminate``; what ``pytest-modal-eval stop --sandboxes`` uses: ``Sandbox.list``
-(running sandboxes carrying at least the given tags, of an ``app_id`` when given),
-``Sandbox.get_tags`` and ``terminate``, with ``modal.config``'s token and ``server_url`` and
-``modal.exception``. Each callable works both plainly and with ``.aio``, as Modal's do (a
-listing is a generator, and an async one with ``.aio``). The stand-in accepts its own token
-only (``modal.config``): any other gets ``modal.exception.AuthError``, as Modal answers a
-token it does not know.
+``sys.modules["modal"]``) and set ``FAKE_MODAL_SANDBOXES`` (sandboxes) and ``FAKE_MODAL_ROOT``
+(the rest) to directories. What :mod:`pytest_modal_eval.client.modal_sandbox` and verifiers'
+``ModalRuntime`` use is here: ``App.lookup``, ``Image.from_registry(...).entrypoint``,
+``Sandbox.create`` (main command, ``env``, ``workdir``, ``tags``, ``timeout``,
+``idle_timeout``; the rest accepted and recorded), ``Sandbox.exec`` (a process with stdin,
+stdout, stderr, ``wait``, ``poll``), ``Sandbox.filesystem`` (``make_directory``,
+``read_bytes``, ``write_bytes``) and ``Sandbox.terminate``; what ``pytest-modal-eval stop
+--sandboxes`` uses: ``Sandbox.list`` (running sandboxes carrying at least the given tags, of an
+``app_id`` when given), ``Sandbox.get_tags`` and ``terminate``, with ``modal.config``'s token
+and ``server_url`` and ``modal.exception``. What a detached session uses: apps and their
+functions, deployed, spawned and cancelled (``_fake_functions.py``: a call is a local process
+restarted as Modal restarts an input), Volumes with Modal's commit and reload semantics
+(``_fake_volumes.py``) and Dicts with an atomic put-if-absent (``_fake_dicts.py``). Each
+sandbox callable works both plainly and with ``.aio``, as Modal's do (a listing is a generator,
+and an async one with ``.aio``). The stand-in accepts its own token only (``modal.config``):
+any other gets ``modal.exception.AuthError``, as Modal answers a token it does not know.
 
 A sandbox is a local process in a session of its own (``sandbox_supervisor.py``) with its own
 directory under ``FAKE_MODAL_SANDBOXES``: it runs the main command and ends the sandbox (every
@@ -30,7 +33,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -38,7 +40,36 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import config, exception
+from . import _fake_store, config, exception
+from ._fake_dicts import Dict
+from ._fake_functions import (
+    App,
+    Function,
+    FunctionCall,
+    Image,
+    Retries,
+    Secret,
+    current_function_call_id,
+    is_local,
+)
+from ._fake_volumes import Volume
+
+__all__ = [
+    "App",
+    "ContainerProcess",
+    "Dict",
+    "Function",
+    "FunctionCall",
+    "Image",
+    "Retries",
+    "Sandbox",
+    "Secret",
+    "Volume",
+    "config",
+    "current_function_call_id",
+    "exception",
+    "is_local",
+]
 
 #: The one token the stand-in accepts (what ``modal.config`` holds unless a test changes it).
 TOKEN = {key: config.config[key] for key in ("token_id", "token_secret")}
@@ -89,34 +120,13 @@ class _DualGenerator:
         yield from _sync(collect())
 
 
+App.lookup = _Dual(App._lookup)  # type: ignore[attr-defined]
+
+
 def _check_token() -> None:
     given = {key: config.config.get(key) for key in TOKEN}
     if given != TOKEN:
         raise exception.AuthError("Token ID is malformed or not recognized")
-
-
-class App:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.app_id = f"ap-{name}"
-
-    @staticmethod
-    async def _lookup(name: str, create_if_missing: bool = False, **_: Any) -> App:
-        return App(name)
-
-    lookup = _Dual(_lookup)
-
-
-class Image:
-    def __init__(self, ref: str) -> None:
-        self.ref = ref
-
-    @staticmethod
-    def from_registry(ref: str, **_: Any) -> Image:
-        return Image(ref)
-
-    def entrypoint(self, argv: list[str]) -> Image:
-        return self
 
 
 class _Reader:
@@ -223,14 +233,7 @@ class Sandbox:
             "encrypted_ports": list(options.get("encrypted_ports") or []),
         }
         (box / "spec.json").write_text(json.dumps(spec))
-        subprocess.run(
-            [sys.executable, str(SUPERVISOR), str(box)],
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=True,
-        )
+        _fake_store.start_supervisor(SUPERVISOR, box)
         deadline = time.monotonic() + 10
         while not (box / "supervisor.pid").exists():
             if time.monotonic() > deadline:

@@ -13,3 +13,23 @@ class AuthError(Error):
 
 class ConnectionError(Error):
     """Modal's server could not be reached."""
+
+
+class NotFoundError(Error):
+    """An object (a Volume, a Function, a Secret) that does not exist."""
+
+
+class ExecutionError(Error):
+    """A call that failed or was cancelled."""
+
+
+class InvalidError(Error):
+    """Settings Modal refuses."""
+
+
+class OutputExpiredError(Error):
+    """A call's result that is no longer kept."""
+
+
+class InputCancellation(BaseException):
+    """Raised in a function whose input was cancelled."""
