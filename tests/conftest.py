@@ -23,6 +23,10 @@ from tests.support.openai_server import DEFAULT_SETTINGS
 # its evaluation when the first benchmark item runs, so it is imported here, once, for all.
 verifiers_adapter.implementation()
 
+# pytester for the suite only: a `pytest evals/` run in this repository (the demo) loads nothing
+# it does not use.
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parent.parent
 
 
