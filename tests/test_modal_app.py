@@ -659,3 +659,27 @@ def test_a_run_hands_its_rollouts_to_the_proxy_in_its_process(
     assert len(starts) == 1
     again.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
     assert project.server.stats()["completed_requests"] == 6
+
+
+def test_the_containers_requests_to_its_vllm_reach_its_port_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``app._local`` (the container's health and sleep/wake calls) builds its URL from
+    parts: a path that is not plain never reaches another port."""
+    from pytest_modal_eval.serving.forwarding import ForwardRefused
+    from tests.support.modal_server import ModalLikeServer
+    from tests.test_forwarding import TRICKS
+
+    vllm, private = ModalLikeServer(), ModalLikeServer()
+    vllm.start(), private.start()
+    try:
+        monkeypatch.setattr(modal_app, "PORT", int(vllm.url.rsplit(":", 1)[1]))
+        other = int(private.url.rsplit(":", 1)[1])
+        assert modal_app._local("/health") == 200
+        for trick in TRICKS:
+            with pytest.raises(ForwardRefused):
+                modal_app._local(trick.format(other=other), timeout=2)
+    finally:
+        vllm.stop(), private.stop()
+    assert private.seen == []
+    assert [s.path_qs for s in vllm.seen] == ["/health"]
