@@ -9,15 +9,17 @@ values a session holds (``collect.context.session_redactor``, then each benchmar
 and replaces them, as written and in the escaped forms text takes on its way out (JSON and
 Python string escapes, URL and HTML encoding); :meth:`Redactor.check` refuses bytes that still
 hold one, so a file nobody thought to redact fails loudly instead of leaking. Run records
-(``run_config.json``, the resume index in ``.pytest_cache``) hold a slow hash of each secret
-setting, and of the ``user:password`` of each URL, instead of its value (:func:`mask_config`),
-so the answer key still changes when a secret does.
+(``run_config.json``, the resume index in ``.pytest_cache``) hold an HMAC of each secret
+setting, and of the ``user:password`` of each URL, under a random key that never leaves this
+machine, instead of its value (:func:`mask_config`), so the answer key still changes when a
+secret does and gives nothing away.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import html
 import json
 import logging
@@ -346,23 +348,37 @@ def _replace_strings(
 _SCALARS = frozenset({bool, int, float})
 
 
-#: Salt of :func:`keyed`: fixed, so equal secrets give equal keys on every machine.
-_KEY_SALT = b"pytest-modal-eval answer key"
-#: PBKDF2 rounds of :func:`keyed`: slow enough that a short password is not guessed from it.
-_KEY_ROUNDS = 200_000
+#: How a secret setting's stand-in is written (:func:`keyed`), and how to find one.
+STAND_IN = re.compile(r"\[secret [0-9a-f]{16}\]")
+#: What :func:`comparable_stand_ins` puts in place of every stand-in.
+ANY_SECRET = "[secret]"
 
 
-def keyed(value: str) -> str:
+def keyed(value: str, key: bytes) -> str:
     """A stand-in for a secret in a run's answer key: it changes when the secret changes, and
-    does not give it away (a slow salted hash, cut to 16 hex digits)."""
-    digest = hashlib.pbkdf2_hmac("sha256", value.encode(), _KEY_SALT, _KEY_ROUNDS)
-    return f"[secret {digest.hex()[:16]}]"
+    gives nothing away to whoever lacks ``key`` (an HMAC under a random key kept on this
+    machine only, ``runs.local_key``), cut to 16 hex digits."""
+    digest = hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
+    return f"[secret {digest[:16]}]"
 
 
-def mask_args(args: Iterable[Any]) -> list[Any]:
+def comparable_stand_ins(value: Any) -> Any:
+    """``value`` (JSON-like) with every :func:`keyed` stand-in as :data:`ANY_SECRET`: what two
+    runs made under different keys (another machine's, another output directory's) compare
+    as, since a secret's value is not what makes two runs comparable."""
+    if isinstance(value, str):
+        return STAND_IN.sub(ANY_SECRET, value)
+    if isinstance(value, Mapping):
+        return {k: comparable_stand_ins(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [comparable_stand_ins(v) for v in value]
+    return value
+
+
+def mask_args(args: Iterable[Any], key: bytes) -> list[Any]:
     """A command line (``vllm.extra_args``) with the value of every secret-named flag
     (``--api-key X``, ``--hf-token=X``) replaced by :func:`keyed`: what run records hold."""
-    return _replace_secret_args(args, keyed)
+    return _replace_secret_args(args, lambda value: keyed(value, key))
 
 
 def redact_args(args: Iterable[Any]) -> list[Any]:
@@ -419,14 +435,14 @@ def holds_secret(key: str, value: Any) -> bool:
     return bool(redacted != value)
 
 
-def mask_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+def mask_mapping(values: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """``env_args`` with the value under every secret-named key (at any depth, in mappings and
     lists) replaced by :func:`keyed` of it (of its ``repr`` when it is not a string), and the
     ``user:password`` of every URL in a string by :func:`keyed` of it."""
     masked: dict[str, Any] = _replace_secrets(
         values,
-        lambda value: keyed(value if isinstance(value, str) else repr(value)),
-        lambda text: _replace_url_userinfo(text, keyed),
+        lambda value: keyed(value if isinstance(value, str) else repr(value), key),
+        lambda text: _replace_url_userinfo(text, lambda found: keyed(found, key)),
     )
     return masked
 
@@ -455,20 +471,20 @@ def _replace_url_userinfo(text: str, replace: Callable[[str], str]) -> str:
     return URL_USERINFO.sub(lambda match: f"{replace(match.group(1))}@", text)
 
 
-def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
+def mask_config(config: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """A benchmark configuration as JSON (``BenchmarkConfig.model_dump``) with the secrets in
     ``env_args`` and ``vllm.extra_args`` replaced by :func:`keyed`: what run records hold."""
-    out = mask_profile(config)
+    out = mask_profile(config, key)
     if isinstance(out.get("env_args"), Mapping):
-        out["env_args"] = mask_mapping(out["env_args"])
+        out["env_args"] = mask_mapping(out["env_args"], key)
     return out
 
 
-def mask_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
+def mask_profile(profile: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """A server profile (``ServerRequest.profile``) with its ``vllm.extra_args`` secrets replaced
     by :func:`keyed`: what ``run_config.json`` records as ``server_profile``."""
     out = dict(profile)
     vllm = out.get("vllm")
     if isinstance(vllm, Mapping) and vllm.get("extra_args"):
-        out["vllm"] = {**vllm, "extra_args": mask_args(vllm["extra_args"])}
+        out["vllm"] = {**vllm, "extra_args": mask_args(vllm["extra_args"], key)}
     return out

@@ -18,9 +18,12 @@ from pytest_modal_eval.redact import (
     redact_args,
 )
 from pytest_modal_eval.runs.answer_key import answer_fields, canonical_hash
+from pytest_modal_eval.runs.local_key import local_key
 from tests.conftest import BenchmarkProject
 
 SECRET = "vllm-key-4f9c2e81d7"
+#: An output directory's key (``runs.local_key``) for the unit tests' stand-ins.
+KEY = bytes(range(32))
 
 
 def _fields(env_args: dict[str, object], extra_args: list[str]) -> dict[str, object]:
@@ -34,6 +37,7 @@ def _fields(env_args: dict[str, object], extra_args: list[str]) -> dict[str, obj
         chat_template=None,
         vllm={"extra_args": extra_args},
         endpoint_identity=None,
+        secret_key=KEY,
     )
 
 
@@ -45,15 +49,15 @@ def test_secret_values_are_keyed_not_written() -> None:
     text = json.dumps(fields)
     assert SECRET not in text and "env-secret-123456" not in text and "pw-987654321" not in text
     assert fields["env_args"] == {
-        "api_key": keyed("env-secret-123456"),
-        "nested": {"password": keyed("pw-987654321")},
+        "api_key": keyed("env-secret-123456", KEY),
+        "nested": {"password": keyed("pw-987654321", KEY)},
         "n": 3,
     }
     # Flags that only look alike keep their values.
-    assert mask_args(["--max-tokens", "5", "--tokenizer", "t"]) == [
+    assert mask_args(["--max-tokens", "5", "--tokenizer", "t"], KEY) == [
         "--max-tokens", "5", "--tokenizer", "t",
     ]  # fmt: skip
-    assert mask_mapping({"max_tokens": 5, "token_usage": True}) == {
+    assert mask_mapping({"max_tokens": 5, "token_usage": True}, KEY) == {
         "max_tokens": 5, "token_usage": True,
     }  # fmt: skip
 
@@ -69,15 +73,15 @@ def test_secrets_are_keyed_at_any_depth_under_plural_names_and_in_urls() -> None
         "path": "data/qa.jsonl",
         "api_key_var": "JUDGE_API_KEY",
     }
-    masked = mask_mapping(env_args)
+    masked = mask_mapping(env_args, KEY)
     assert "secret-" not in json.dumps(masked)
     assert masked == {
-        "judges": [{"model": "j1", "api_key": keyed("list-secret-1")}, {"model": "j2"}],
-        "api_keys": keyed(repr(["plural-secret-1", "plural-secret-2"])),
-        "secrets": keyed(repr({"judge": "plural-secret-3"})),
-        "session_cookie": keyed("cookie-secret-1"),
-        "judge_base_url": f"https://{keyed('u:url-secret-1')}@host/v1",
-        "mirrors": [{"url": f"http://{keyed('bob:url-secret-2')}@10.0.0.1:8000/v1"}],
+        "judges": [{"model": "j1", "api_key": keyed("list-secret-1", KEY)}, {"model": "j2"}],
+        "api_keys": keyed(repr(["plural-secret-1", "plural-secret-2"]), KEY),
+        "secrets": keyed(repr({"judge": "plural-secret-3"}), KEY),
+        "session_cookie": keyed("cookie-secret-1", KEY),
+        "judge_base_url": f"https://{keyed('u:url-secret-1', KEY)}@host/v1",
+        "mirrors": [{"url": f"http://{keyed('bob:url-secret-2', KEY)}@10.0.0.1:8000/v1"}],
         "path": "data/qa.jsonl",
         "api_key_var": "JUDGE_API_KEY",
     }
@@ -117,12 +121,12 @@ def test_a_changed_secret_changes_the_key() -> None:
 
 def test_mask_profile_masks_the_server_profiles_extra_args() -> None:
     profile = {"backend": "local", "model": "m", "vllm": {"extra_args": [f"--api-key={SECRET}"]}}
-    assert SECRET not in json.dumps(mask_profile(profile))
+    assert SECRET not in json.dumps(mask_profile(profile, KEY))
 
 
 def test_mask_config_masks_env_args_and_extra_args() -> None:
     config = {"env_args": {"token": SECRET}, "vllm": {"extra_args": ["--api-key", SECRET]}}
-    assert SECRET not in json.dumps(mask_config(config))
+    assert SECRET not in json.dumps(mask_config(config, KEY))
 
 
 #: An environment that takes credentials in ``env_args`` (as judge-backed ones do) and asks
@@ -177,9 +181,45 @@ def test_a_run_writes_no_secret_setting(
     # The key still holds stand-ins, which change with the secrets.
     config = json.loads((run_dir / "run_config.json").read_text())
     fields = config["answer_fields"]
-    assert fields["vllm"]["extra_args"] == ["--api-key", keyed(SECRET)]
-    assert fields["env_args"]["judges"] == [{"model": "j1", "api_key": keyed(f"{SECRET}-list")}]
-    assert fields["env_args"]["api_keys"] == keyed(repr([f"{SECRET}-plural"]))
+    key = local_key(project.pytester.path / "outputs" / "evals")
+    assert fields["vllm"]["extra_args"] == ["--api-key", keyed(SECRET, key)]
+    assert fields["env_args"]["judges"] == [
+        {"model": "j1", "api_key": keyed(f"{SECRET}-list", key)}
+    ]
+    assert fields["env_args"]["api_keys"] == keyed(repr([f"{SECRET}-plural"]), key)
     assert fields["env_args"]["judge_base_url"] == (
-        f"https://{keyed(f'judge:{SECRET}-url')}@judge.example/v1"
+        f"https://{keyed(f'judge:{SECRET}-url', key)}@judge.example/v1"
     )
+
+
+def test_a_short_secret_settings_stand_in_gives_nothing_away(
+    project: BenchmarkProject, tmp_path: Path
+) -> None:
+    """``run_config.json`` (which ``push`` uploads) holds a stand-in for ``password: "731"``
+    that no one can compute from the secret alone: the same secret gives another stand-in
+    under another output directory's key, and that key is kept beside the runs, readable by
+    its owner only, in no run directory. (That one key gives one stand-in per secret, so the
+    run is continued while the secret stays, is :func:`test_a_changed_secret_changes_the_key`.)"""
+    from pytest_modal_eval.redact import STAND_IN
+    from pytest_modal_eval.runs.local_key import KEY_FILE
+
+    project.add("alpha", n=2)
+    secret_qa_benchmark(project, 'password: "731"\n')
+    output = project.pytester.path / "outputs" / "evals"
+    elsewhere = tmp_path / "elsewhere"
+    assert project.run().ret == 0
+    assert project.run("--eval-output-dir", str(elsewhere)).ret == 0
+    [run_dir] = project.run_dirs("alpha")
+    [other_dir] = [p.parent for p in elsewhere.glob("*/*/run_config.json")]
+
+    def written(run: Path) -> tuple[str, str]:
+        config = json.loads((run / "run_config.json").read_text())
+        return config["config"]["env_args"]["password"], config["answer_hash"]
+
+    (mine, my_hash), (theirs, their_hash) = written(run_dir), written(other_dir)
+    assert STAND_IN.fullmatch(mine) and STAND_IN.fullmatch(theirs)
+    assert mine != theirs and my_hash != their_hash
+    key = output / KEY_FILE
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert not any(p.name == KEY_FILE for p in run_dir.rglob("*"))
+    assert keyed("731", local_key(output)) == mine
