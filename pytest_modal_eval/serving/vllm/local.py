@@ -7,11 +7,13 @@ API server is SIGKILLed those children live on (measured). So vLLM runs under a 
     pytest ── supervisor (group leader, new session) ── vLLM API server ── EngineCore ── Worker
 
 vLLM's output (stdout and stderr) reaches ``vllm.log`` through the supervisor, which replaces
-the secrets the session knows with ``[redacted]`` line by line as it copies them (vLLM prints
-its arguments, and its errors may quote its environment). The supervisor is told what to look
-for through its stdin, so no secret appears on a command line or in an environment it did not
-already have; it outlives pytest for as long as vLLM does, so the log stays redacted however
-pytest ends.
+the secrets the session knows with ``[redacted]`` as it copies them (vLLM prints its
+arguments, and its errors may quote its environment). It matches across lines and writes: it
+writes whole lines, and holds back text that could be the start of a secret until the rest
+arrives or the output stays quiet for a moment, so a secret of several lines is found whole.
+The supervisor is told what to look for through its stdin, so no secret appears on a command
+line or in an environment it did not already have; it outlives pytest for as long as vLLM does,
+so the log stays redacted however pytest ends.
 
 The supervisor watches ``os.getppid()``: when pytest dies, however it dies, the supervisor is
 re-parented and then takes the whole group down (SIGTERM, grace, SIGKILL). Polling the parent
@@ -55,34 +57,60 @@ _BIND_ERRORS = ("Address already in use", "[Errno 98]")
 # stdin = what to redact (Redactor.to_json()), one JSON line, then a new line each time the
 # session learns a secret.
 _SUPERVISOR = r"""
-import json, os, re, signal, subprocess, sys, threading, time
+import bisect, codecs, json, os, re, select, signal, subprocess, sys, threading, time
 
 parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 asked = []
 signal.signal(signal.SIGTERM, lambda *_: asked.append(True))
 
 
-def rules(raw):
-    spec = json.loads(raw or b"{}")
-    forms = spec.get("forms") or []
-    return (
-        re.compile("|".join(map(re.escape, forms))) if forms else None,
-        spec.get("cores"),
-        re.compile(spec["userinfo"]) if spec.get("userinfo") else None,
-        spec.get("replacement", "[redacted]"),
-    )
+HEAD = 12  # characters of a secret's start kept in a set: the fast first check
+
+
+class Rules:
+    # What to hide (Redactor.to_json()): each form of each secret, and URLs' credentials.
+    def __init__(self, raw):
+        spec = json.loads(raw or b"{}")
+        forms = [f for f in spec.get("forms") or [] if f]
+        self.secret = re.compile("|".join(map(re.escape, forms))) if forms else None
+        self.cores = spec.get("cores")
+        self.userinfo = re.compile(spec["userinfo"]) if spec.get("userinfo") else None
+        self.hidden = spec.get("replacement", "[redacted]")
+        self.forms = sorted(forms)
+        self.longest = max(map(len, forms), default=0)
+        self.heads = {f[:n] for f in forms for n in range(1, min(len(f), HEAD) + 1)}
+
+    def pending(self, text, start):
+        # Whether text[start:] is the start of a secret's form that has not all arrived yet.
+        if text[start : start + HEAD] not in self.heads:
+            return False
+        tail = text[start:]
+        i = bisect.bisect_left(self.forms, tail)
+        while i < len(self.forms) and self.forms[i].startswith(tail):
+            if len(self.forms[i]) > len(tail):
+                return True
+            i += 1
+        return False
+
+    def cut(self, text, pos):
+        # Where a secret may be starting that the next output would complete: text from there
+        # on is held back.
+        for start in range(max(pos, len(text) - self.longest + 1), len(text)):
+            if self.pending(text, start):
+                return start
+        return len(text)
 
 
 # Unbuffered: a thread blocked reading a buffered stdin aborts the interpreter at exit.
 stdin = open(0, "rb", buffering=0, closefd=False)
-current = [rules(stdin.readline())]
+current = [Rules(stdin.readline())]
 
 
 def listen():
     # Each later line replaces the rules whole; at EOF (pytest gone) the last ones stay.
     for raw in iter(stdin.readline, b""):
         try:
-            current[0] = rules(raw)
+            current[0] = Rules(raw)
         except (ValueError, re.error):
             pass
 
@@ -92,19 +120,66 @@ child = subprocess.Popen(
     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
 )
 
+IDLE_S = 0.5  # output held back this long with nothing more coming is written as it is
+LONG_LINE = 1 << 20  # a line this long is written before its end
+
+
+def drain(text, final):
+    # The part of text to write now, without the secrets, and the part held back: whole lines
+    # only, and never the start of a secret whose rest may come next (so a secret written
+    # over several lines, or several writes, is found whole). final: write everything.
+    rules = current[0]
+    out, pos = [], 0
+    # No part every form of some secret keeps: nothing to replace yet (but the start of a
+    # secret may still be held back).
+    secret = rules.secret
+    if secret is not None and rules.cores is not None:
+        if not any(core in text for core in rules.cores):
+            secret = None
+    while True:
+        limit = len(text) if final or rules.secret is None else rules.cut(text, pos)
+        found = secret.search(text, pos) if secret is not None else None
+        if found is None or found.start() >= limit:
+            break
+        out.append(text[pos : found.start()])
+        out.append(rules.hidden)
+        pos = found.end()
+    if final:
+        end = len(text)
+    else:
+        newline = text.rfind("\n", pos, limit)
+        end = newline + 1 if newline >= 0 else pos
+        if limit - pos > LONG_LINE:
+            end = limit
+    out.append(text[pos:end])
+    shown = "".join(out)
+    if rules.userinfo is not None and "://" in shown:
+        shown = rules.userinfo.sub(rules.hidden + "@", shown)
+    return shown, text[end:]
+
 
 def copy():
-    # vLLM's output to the log, line by line, without the secrets.
+    # vLLM's output to the log, without the secrets.
     out = sys.stdout.buffer
-    for line in iter(child.stdout.readline, b""):
-        secret, cores, userinfo, hidden = current[0]
-        text = line.decode("utf-8", "surrogateescape")
-        if secret is not None and (cores is None or any(c in text for c in cores)):
-            text = secret.sub(hidden, text)
-        if userinfo is not None and "://" in text:
-            text = userinfo.sub(hidden + "@", text)
-        out.write(text.encode("utf-8", "surrogateescape"))
-        out.flush()
+    source = child.stdout.fileno()
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+    held = ""
+    while True:
+        ready, _, _ = select.select([source], [], [], IDLE_S)
+        if not ready:
+            if held:  # quiet for a while: what is held back is all there is
+                shown, held = drain(held, final=True)
+                out.write(shown.encode("utf-8", "surrogateescape"))
+                out.flush()
+            continue
+        chunk = os.read(source, 65536)
+        held += decoder.decode(chunk, final=not chunk)
+        shown, held = drain(held, final=not chunk)
+        if shown:
+            out.write(shown.encode("utf-8", "surrogateescape"))
+            out.flush()
+        if not chunk:
+            return
 
 
 copier = threading.Thread(target=copy, daemon=True)
