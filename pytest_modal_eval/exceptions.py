@@ -79,3 +79,9 @@ class RunFileError(EvalProblem):
 class RecordingError(EvalProblem):
     """A run's file could not be written (disk full, permissions, a file-size limit); the
     message names the path and the fix. Finished examples are already in the checkpoint."""
+
+
+class SecretWarning(UserWarning):
+    """A configured secret the redactor cannot keep out of text as it keeps the others (too
+    short to be searched for, or a plain word); the message names where it was set, never its
+    value."""

@@ -19,7 +19,7 @@ from pytest_modal_eval.redact import (
 )
 from pytest_modal_eval.runs.answer_key import answer_fields, canonical_hash
 from pytest_modal_eval.runs.local_key import local_key
-from tests.conftest import BenchmarkProject
+from tests.conftest import BenchmarkProject, read_jsonl
 
 SECRET = "vllm-key-4f9c2e81d7"
 #: An output directory's key (``runs.local_key``) for the unit tests' stand-ins.
@@ -132,10 +132,15 @@ def test_mask_config_masks_env_args_and_extra_args() -> None:
 #: An environment that takes credentials in ``env_args`` (as judge-backed ones do) and asks
 #: file-qa's questions.
 SECRET_QA = """
+import sys
+
 from pytest_modal_eval.envs.file_qa import load_environment as file_qa
 
 
-def load_environment(path, **credentials):
+def load_environment(path, fail=0, **credentials):
+    if fail:  # as an environment that cannot start prints what it was given
+        print(f"cannot start with {credentials}", file=sys.stderr)
+        raise RuntimeError("the environment failed to load")
     return file_qa(path)
 """
 
@@ -154,35 +159,54 @@ def secret_qa_benchmark(project: BenchmarkProject, env_args: str, rest: str = ""
     )
 
 
-def test_a_run_writes_no_secret_setting(
-    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    project.add("alpha", n=3)
-    url = f"https://judge:{SECRET}-url@judge.example/v1"
-    secret_qa_benchmark(
-        project,
-        f"""\
-        judges: [{{model: j1, api_key: {SECRET}-list}}]
-        api_keys: [{SECRET}-plural]
-        judge_base_url: "{url}"
-        """,
-        f"vllm: {{extra_args: ['--api-key', '{SECRET}']}}\n",
+#: Secrets of every shape a benchmark's ``env_args`` may give them, each marked: a YAML number
+#: under a secret-named key, a ``{name, value}`` pair, an ``Authorization`` header in a list of
+#: pairs, a value of several lines (one of them too short to be a secret alone).
+NUMBER = 31415926535
+SHAPES = f"""\
+judges: [{{model: j1, api_key: {SECRET}-list}}]
+api_keys: [{SECRET}-plural]
+judge_base_url: "https://judge:{SECRET}-url@judge.example/v1"
+judge: {{api_key: {NUMBER}}}
+env: [{{name: SEARCH_API_KEY, value: pair-MARKpair-0001}}]
+headers: [[Authorization, "Bearer bearer-MARKbearer-0002"]]
+private_key: "-----BEGIN KEY-----\\nline-MARKline-0003\\nMARK\\n-----END KEY-----"
+"""
+#: How the questions quote them (the question of a record, the report's prompt column).
+QUOTED = (
+    f"{NUMBER} pair-MARKpair-0001 bearer-MARKbearer-0002 line-MARKline-0003 "
+    "'-----BEGIN KEY-----\nline-MARKline-0003\nMARK\n-----END KEY-----'"
+)
+
+
+def test_a_run_writes_no_secret_setting_of_any_shape(project: BenchmarkProject) -> None:
+    """Every file the run wrote (records, the report, logs, the resume index) and every line
+    it printed is free of the secrets, whatever their shape, although each question quotes
+    them; an environment that fails to load and prints its settings shows none either. The
+    answer key still holds stand-ins."""
+    rows = [{"question": f"What is {i} + 3? ({QUOTED})", "answer": str(i + 3)} for i in range(3)]
+    project.add("alpha", rows=rows)
+    secret_qa_benchmark(project, SHAPES)
+    beta = (
+        (project.evals / "alpha.yaml").read_text().replace("env_args:\n", "env_args:\n  fail: 1\n")
     )
-    result = project.run()
-    assert result.ret == 0, result.stdout.str()
+    (project.evals / "beta.yaml").write_text(beta)
+    result = project.run("-v", "-rA")
+    out = "\n".join(result.outlines + result.errlines)
+    assert "'judge': {'api_key': [redacted]}" in out, out  # beta's environment says it
     [run_dir] = project.run_dirs("alpha")
-    # Every file the run wrote (records, report, logs); only the benchmark file holds secrets.
     written = [p for p in Path(project.pytester.path).rglob("*") if p.is_file()]
-    records = [p for p in written if p != project.evals / "alpha.yaml"]
-    assert any(p.name == "run_config.json" and run_dir in p.parents for p in records)
+    records = [p for p in written if not p.is_relative_to(project.evals) and p.suffix != ".py"]
+    assert {"run_config.json", "results.jsonl", "report.html"} <= {p.name for p in records}
     assert any(".pytest_cache" in p.parts for p in records)
-    for path in records:
-        assert SECRET.encode() not in path.read_bytes(), path
+    for name, data in [*((str(p), p.read_bytes()) for p in records), ("terminal", out.encode())]:
+        for secret in (SECRET.encode(), b"MARK", str(NUMBER).encode()):
+            assert secret not in data, name
+    question = read_jsonl(run_dir / "results.jsonl")[0]["prompt"][-1]["content"]
+    assert question == f"What is 0 + 3? ({REDACTED} {REDACTED} {REDACTED} {REDACTED} '{REDACTED}')"
     # The key still holds stand-ins, which change with the secrets.
-    config = json.loads((run_dir / "run_config.json").read_text())
-    fields = config["answer_fields"]
+    fields = json.loads((run_dir / "run_config.json").read_text())["answer_fields"]
     key = local_key(project.pytester.path / "outputs" / "evals")
-    assert fields["vllm"]["extra_args"] == ["--api-key", keyed(SECRET, key)]
     assert fields["env_args"]["judges"] == [
         {"model": "j1", "api_key": keyed(f"{SECRET}-list", key)}
     ]
@@ -190,6 +214,13 @@ def test_a_run_writes_no_secret_setting(
     assert fields["env_args"]["judge_base_url"] == (
         f"https://{keyed(f'judge:{SECRET}-url', key)}@judge.example/v1"
     )
+    assert fields["env_args"]["judge"] == {"api_key": keyed(repr(NUMBER), key)}
+    assert fields["env_args"]["env"] == [
+        {"name": "SEARCH_API_KEY", "value": keyed("pair-MARKpair-0001", key)}
+    ]
+    assert fields["env_args"]["headers"] == [
+        ["Authorization", keyed("Bearer bearer-MARKbearer-0002", key)]
+    ]
 
 
 def test_a_short_secret_settings_stand_in_gives_nothing_away(
