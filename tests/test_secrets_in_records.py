@@ -229,7 +229,8 @@ def test_a_short_secret_settings_stand_in_gives_nothing_away(
     """``run_config.json`` (which ``push`` uploads) holds a stand-in for ``password: "731"``
     that no one can compute from the secret alone: the same secret gives another stand-in
     under another output directory's key, and that key is kept beside the runs, readable by
-    its owner only, in no run directory. (That one key gives one stand-in per secret, so the
+    its owner only, in no run directory. The session says once that the secret is too short to
+    be searched for in text. (That one key gives one stand-in per secret, so the
     run is continued while the secret stays, is :func:`test_a_changed_secret_changes_the_key`.)"""
     from pytest_modal_eval.redact import STAND_IN
     from pytest_modal_eval.runs.local_key import KEY_FILE
@@ -238,7 +239,12 @@ def test_a_short_secret_settings_stand_in_gives_nothing_away(
     secret_qa_benchmark(project, 'password: "731"\n')
     output = project.pytester.path / "outputs" / "evals"
     elsewhere = tmp_path / "elsewhere"
-    assert project.run().ret == 0
+    result = project.run()
+    assert result.ret == 0
+    # Said once, naming the setting, not its value.
+    warned = [line for line in result.outlines if "SecretWarning" in line]
+    assert len(warned) == 1 and "env_args.password: its value is 3 characters" in warned[0]
+    assert "731" not in warned[0]
     assert project.run("--eval-output-dir", str(elsewhere)).ret == 0
     [run_dir] = project.run_dirs("alpha")
     [other_dir] = [p.parent for p in elsewhere.glob("*/*/run_config.json")]

@@ -83,7 +83,7 @@ class BenchmarkFile(pytest.Module):
         # Once per secret: those of the environment (learned at configure) with the first
         # benchmark, then each benchmark's own; pytest shows them in its warnings summary.
         for notice in session.redactor.take_notices():
-            warnings.warn(SecretWarning(notice), stacklevel=1)
+            warnings.warn_explicit(SecretWarning(notice), SecretWarning, str(self.path), 0)
         for tag in ("eval", *benchmark.config.tags):
             _register_marker(self.config, tag)
         models = session.settings.models
