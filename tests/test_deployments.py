@@ -336,7 +336,7 @@ def test_the_supervisor_finds_a_secret_over_lines_and_writes(split: int | None) 
     writes a secret of several short lines in one write or cut in two writes a moment apart:
     the log has ``[redacted]`` in its place, and the lines around it whole."""
     from pytest_modal_eval.redact import Redactor
-    from pytest_modal_eval.serving.vllm.local import _SUPERVISOR
+    from pytest_modal_eval.serving.vllm.local import supervisor
 
     text = f"before {SHORT_LINES} after\nnext line\n"
     parts = [text] if split is None else [text[: 7 + split], text[7 + split :]]
@@ -347,7 +347,7 @@ def test_the_supervisor_finds_a_secret_over_lines_and_writes(split: int | None) 
     )
     rules = json.dumps(Redactor([SHORT_LINES]).to_json()) + "\n"
     copied = subprocess.run(
-        [sys.executable, "-c", _SUPERVISOR, str(os.getpid()), "2", sys.executable, "-c", program],
+        [sys.executable, "-c", supervisor(), str(os.getpid()), "2", sys.executable, "-c", program],
         input=rules.encode(),
         capture_output=True,
         timeout=30,

@@ -39,6 +39,7 @@ import httpx
 
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.redact import Redactor, redact_args, secret_arg_values
+from pytest_modal_eval.serving import log_redaction
 from pytest_modal_eval.serving.chat_template import load_fallback, resolve_for_model
 from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile
 from pytest_modal_eval.serving.preflight import error_cause, find_vllm, model_dir_problem
@@ -53,64 +54,27 @@ _POLL_S = 0.5
 # within seconds with this OSError.
 _BIND_ERRORS = ("Address already in use", "[Errno 98]")
 
-# Runs in the vLLM interpreter: stdlib only, argv = parent pid, grace seconds, command...;
-# stdin = what to redact (Redactor.to_json()), one JSON line, then a new line each time the
-# session learns a secret.
+# Runs in the vLLM interpreter after serving/log_redaction.py's source (see _supervisor):
+# stdlib only, argv = parent pid, grace seconds, command...; stdin = what to redact
+# (Redactor.to_json()), one JSON line, then a new line each time the session learns a secret.
 _SUPERVISOR = r"""
-import bisect, codecs, json, os, re, select, signal, subprocess, sys, threading, time
+import json, os, signal, subprocess, sys, threading, time
 
 parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 asked = []
 signal.signal(signal.SIGTERM, lambda *_: asked.append(True))
 
 
-HEAD = 12  # characters of a secret's start kept in a set: the fast first check
-
-
-class Rules:
-    # What to hide (Redactor.to_json()): each form of each secret, and URLs' credentials.
-    def __init__(self, raw):
-        spec = json.loads(raw or b"{}")
-        forms = [f for f in spec.get("forms") or [] if f]
-        self.secret = re.compile("|".join(map(re.escape, forms))) if forms else None
-        self.cores = spec.get("cores")
-        self.userinfo = re.compile(spec["userinfo"]) if spec.get("userinfo") else None
-        self.hidden = spec.get("replacement", "[redacted]")
-        self.forms = sorted(forms)
-        self.longest = max(map(len, forms), default=0)
-        self.heads = {f[:n] for f in forms for n in range(1, min(len(f), HEAD) + 1)}
-
-    def pending(self, text, start):
-        # Whether text[start:] is the start of a secret's form that has not all arrived yet.
-        if text[start : start + HEAD] not in self.heads:
-            return False
-        tail = text[start:]
-        i = bisect.bisect_left(self.forms, tail)
-        while i < len(self.forms) and self.forms[i].startswith(tail):
-            if len(self.forms[i]) > len(tail):
-                return True
-            i += 1
-        return False
-
-    def cut(self, text, pos):
-        # Where a secret may be starting that the next output would complete: text from there
-        # on is held back.
-        for start in range(max(pos, len(text) - self.longest + 1), len(text)):
-            if self.pending(text, start):
-                return start
-        return len(text)
-
-
 # Unbuffered: a thread blocked reading a buffered stdin aborts the interpreter at exit.
 stdin = open(0, "rb", buffering=0, closefd=False)
-current = [Rules(stdin.readline())]
+current = [LogRules(json.loads(stdin.readline() or b"{}"))]
 
 
 def listen():
     # Each later line replaces the rules whole; at EOF (pytest gone) the last ones stay.
     for raw in iter(stdin.readline, b""):
         try:
-            current[0] = Rules(raw)
+            current[0] = LogRules(json.loads(raw))
         except (ValueError, re.error):
             pass
 
@@ -120,66 +84,16 @@ child = subprocess.Popen(
     cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
 )
 
-IDLE_S = 0.5  # output held back this long with nothing more coming is written as it is
-LONG_LINE = 1 << 20  # a line this long is written before its end
-
-
-def drain(text, final):
-    # The part of text to write now, without the secrets, and the part held back: whole lines
-    # only, and never the start of a secret whose rest may come next (so a secret written
-    # over several lines, or several writes, is found whole). final: write everything.
-    rules = current[0]
-    out, pos = [], 0
-    # No part every form of some secret keeps: nothing to replace yet (but the start of a
-    # secret may still be held back).
-    secret = rules.secret
-    if secret is not None and rules.cores is not None:
-        if not any(core in text for core in rules.cores):
-            secret = None
-    while True:
-        limit = len(text) if final or rules.secret is None else rules.cut(text, pos)
-        found = secret.search(text, pos) if secret is not None else None
-        if found is None or found.start() >= limit:
-            break
-        out.append(text[pos : found.start()])
-        out.append(rules.hidden)
-        pos = found.end()
-    if final:
-        end = len(text)
-    else:
-        newline = text.rfind("\n", pos, limit)
-        end = newline + 1 if newline >= 0 else pos
-        if limit - pos > LONG_LINE:
-            end = limit
-    out.append(text[pos:end])
-    shown = "".join(out)
-    if rules.userinfo is not None and "://" in shown:
-        shown = rules.userinfo.sub(rules.hidden + "@", shown)
-    return shown, text[end:]
-
 
 def copy():
-    # vLLM's output to the log, without the secrets.
+    # vLLM's output to the log, without the secrets (across lines and writes).
     out = sys.stdout.buffer
-    source = child.stdout.fileno()
-    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
-    held = ""
-    while True:
-        ready, _, _ = select.select([source], [], [], IDLE_S)
-        if not ready:
-            if held:  # quiet for a while: what is held back is all there is
-                shown, held = drain(held, final=True)
-                out.write(shown.encode("utf-8", "surrogateescape"))
-                out.flush()
-            continue
-        chunk = os.read(source, 65536)
-        held += decoder.decode(chunk, final=not chunk)
-        shown, held = drain(held, final=not chunk)
-        if shown:
-            out.write(shown.encode("utf-8", "surrogateescape"))
-            out.flush()
-        if not chunk:
-            return
+
+    def write(text):
+        out.write(text.encode("utf-8", "surrogateescape"))
+        out.flush()
+
+    copy_redacted(child.stdout.fileno(), write, lambda: current[0])
 
 
 copier = threading.Thread(target=copy, daemon=True)
@@ -232,6 +146,11 @@ code = child.wait()
 copier.join(5.0)  # the rest of the output; the group is gone, so the pipe is at its end
 sys.exit(code if code >= 0 else 128 - code)
 """
+
+
+def supervisor() -> str:
+    """The supervisor's program: :mod:`..log_redaction`'s source, then :data:`_SUPERVISOR`."""
+    return Path(log_redaction.__file__).read_text(encoding="utf-8") + _SUPERVISOR
 
 
 def free_port() -> int:
@@ -417,7 +336,7 @@ class LocalVllmServer:
         # The session's secrets, and those given to vLLM as flags (vLLM hides some of them);
         # the supervisor hears of each secret the session learns later (a judge's key).
         self._secrets = Redactor([*self.redactor.values, *secret_arg_values(cmd)])
-        supervised = [self.python, "-c", _SUPERVISOR, str(os.getpid()), str(self.stop_grace_s)]
+        supervised = [self.python, "-c", supervisor(), str(os.getpid()), str(self.stop_grace_s)]
         with self.log_path.open("ab") as log:
             try:
                 self._proc = subprocess.Popen(
