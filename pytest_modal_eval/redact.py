@@ -471,6 +471,8 @@ def _find_secrets(
         if _is_secret_pair(value):
             values.append((f"{where}[1]", value[1]))
             return
+        # A command line kept in a setting: ``[--api-key, X]``, ``[--token=X]``.
+        values.extend((where, found) for found in secret_arg_values(value))
         for index, item in enumerate(value):
             _find_secrets(item, values, variables, f"{where}[{index}]")
     elif isinstance(value, str):
@@ -660,7 +662,11 @@ def _replace_secrets(value: Any, secret: Callable[[Any], Any], string: Callable[
     if isinstance(value, (list, tuple)):
         if _is_secret_pair(value) and value[1]:
             return [value[0], secret(value[1])]
-        return [_replace_secrets(v, secret, string) for v in value]
+        flagged = _replace_secret_args(value, secret)  # [--api-key, X], [--token=X]
+        return [
+            v if v is not old else _replace_secrets(v, secret, string)
+            for v, old in zip(flagged, value, strict=True)
+        ]
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, (str, int, float)):

@@ -104,7 +104,7 @@ def test_env_args_teach_their_secrets_and_key_variables() -> None:
 def test_env_args_teach_every_shape_a_secret_takes() -> None:
     """Numbers, ``{name, value}`` mappings and ``[name, value]`` pairs at any depth, an
     ``Authorization`` value and its credential (a ``Basic`` one decoded too), each line of a
-    value of several lines, every leaf of a JSON value."""
+    value of several lines, every leaf of a JSON value, a secret flag's value in a list."""
     redactor = Redactor()
     basic = base64.b64encode(b"alice:basic-password-1").decode()
     redactor.learn_env_args(
@@ -118,6 +118,7 @@ def test_env_args_teach_every_shape_a_secret_takes() -> None:
             ],
             "private_key": "-----BEGIN KEY-----\nline-secret-0001\nab\n-----END KEY-----\n",
             "credentials": '{"type": "service_account", "private_key_id": "json-leaf-0001"}',
+            "command": ["serve", "--api-key", "flag-secret-0001", "--token=flag-secret-0002"],
         }
     )
     assert {
@@ -132,6 +133,8 @@ def test_env_args_teach_every_shape_a_secret_takes() -> None:
         "-----BEGIN KEY-----\nline-secret-0001\nab\n-----END KEY-----",
         "-----BEGIN KEY-----\r\nline-secret-0001\r\nab\r\n-----END KEY-----",
         "json-leaf-0001",
+        "flag-secret-0001",
+        "flag-secret-0002",
     } <= set(redactor.values)
     assert not {"text/plain", "Accept", "SEARCH_API_KEY", "ab"} & set(redactor.values)
     assert redactor.text('{"secret": "-----BEGIN KEY-----\\nline-secret-0001\\nab"}') == (

@@ -80,6 +80,12 @@ WATCHDOG = (
 )
 
 _NOT_RELAYED = {"content-encoding", "content-length", "transfer-encoding", "connection"}
+#: Request headers the sandbox's side may not set: httpx frames the body and names the host
+#: itself (a sandbox's own framing could smuggle a second request).
+_NOT_FORWARDED = {
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
+    "trailer", "expect", "proxy-authorization", "proxy-connection",
+}  # fmt: skip
 
 LEASE_ENV = "MODAL_EVAL_SANDBOX_LEASE"
 TIMEOUT_ENV = "MODAL_EVAL_SANDBOX_TIMEOUT"
@@ -282,7 +288,7 @@ class RelayedModalRuntime(ModalRuntime):  # type: ignore[misc]
         except (binascii.Error, TypeError, ValueError) as exc:
             raise ForwardRefused("body: not base64") from exc
         url = httpx.URL(scheme="http", host="127.0.0.1", port=port, path=path, query=query.encode())
-        return method, url, [(k, v) for k, v in headers if k.lower() != "host"], body
+        return method, url, [(k, v) for k, v in headers if k.lower() not in _NOT_FORWARDED], body
 
     async def _answer(self, request: dict[str, Any]) -> None:
         assert self._http is not None
