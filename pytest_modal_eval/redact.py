@@ -142,10 +142,19 @@ def _escape_all(text: str, digits: str) -> str:
     )
 
 
+#: A secret longer than this (a key file) is searched for through one encoding, not two: its
+#: lines and inner values, each searched for through two, cover the rest, and the forms of a
+#: long text through two would cost a session seconds to compile.
+TWICE_MAX = 256
+
+
 def secret_forms(value: str) -> set[str]:
     """``value`` and the forms it takes through one or two encodings (a key echoed in a JSON
-    error body, quoted again in an exception's ``repr``, then written to a JSON file)."""
+    error body, quoted again in an exception's ``repr``, then written to a JSON file); one
+    only when it is longer than :data:`TWICE_MAX`."""
     once = _escapes(value) | {value}
+    if len(value) > TWICE_MAX:
+        return once
     return once | {twice for form in once for twice in _escapes(form)}
 
 
@@ -168,7 +177,9 @@ class Redactor:
         # Those that must know every secret this one knows (see tell): another process's
         # redactor, a local vLLM's log supervisor.
         self._listeners: list[Callable[[list[str]], None]] = []
-        # The forms check() looks for (no plain word), and the secrets that are numbers.
+        # Each secret's forms; those check() looks for (no plain word); the secrets that are
+        # numbers.
+        self._forms_of: dict[str, set[str]] = {}
         self._checked: list[str] = []
         self._numbers: frozenset[str] = frozenset()
         #: Configured secrets the redactor cannot keep out of text as the others (one line
@@ -195,8 +206,12 @@ class Redactor:
         Too short ones are not searched for (too many false matches); with ``source`` (where
         the secret was configured: a variable's name, ``env_args.judge.api_key``), that, and
         a value that is a plain word, is said once in :attr:`notices`."""
+        self._learn_named((source, value) for value in values)
+
+    def _learn_named(self, values: Iterable[tuple[str | None, Any]]) -> None:
+        """:meth:`learn` of each ``(source, value)``, the patterns built once for all."""
         found: set[str] = set()
-        for value in values:
+        for source, value in values:
             texts = secret_texts(value)
             found |= texts
             if source is not None:
@@ -207,17 +222,19 @@ class Redactor:
         with self._lock:
             # Longest first, so a secret containing another is replaced whole.
             self.values = sorted({*self.values, *new}, key=len, reverse=True)
-            forms = {form for v in self.values for form in secret_forms(v)}
-            self._forms = sorted(
-                (f for f in forms if len(f) >= MIN_SECRET_LENGTH), key=len, reverse=True
-            )
+            for value in new:  # a secret's forms are worked out once
+                self._forms_of[value] = {
+                    f for f in secret_forms(value) if len(f) >= MIN_SECRET_LENGTH
+                }
+            forms = set().union(*self._forms_of.values())
+            self._forms = sorted(forms, key=len, reverse=True)
             self._pattern = re.compile("|".join(map(re.escape, self._forms)))
-            cores = [max(_PLAIN.findall(v) or [""], key=len) for v in self.values]
-            self._cores = cores if all(len(c) >= MIN_CORE_LENGTH for c in cores) else None
+            cores = {max(_PLAIN.findall(v) or [""], key=len) for v in self.values}
+            self._cores = sorted(cores) if all(len(c) >= MIN_CORE_LENGTH for c in cores) else None
             # A plain word is not looked for in files about to be shared: they hold the
             # plugin's own words (field names), which no redaction may rewrite.
-            checked = {f for v in self.values if not _WORD.fullmatch(v) for f in secret_forms(v)}
-            self._checked = sorted(f for f in checked if len(f) >= MIN_SECRET_LENGTH)
+            checked = {f for v, fs in self._forms_of.items() if not _WORD.fullmatch(v) for f in fs}
+            self._checked = sorted(checked)
             self._numbers = frozenset(v for v in self.values if _is_number(v))
         for send in list(self._listeners):
             send(sorted(new))
@@ -274,9 +291,7 @@ class Redactor:
     ) -> None:
         """Add the values of the environment variables ``names`` (those that are set)."""
         env = os.environ if environ is None else environ
-        for name in names:
-            if env.get(name):
-                self.learn([env[name]], source=name)
+        self._learn_named((name, env[name]) for name in names if env.get(name))
 
     def learn_env_args(
         self, env_args: Mapping[str, Any], environ: Mapping[str, str] | None = None
@@ -287,9 +302,8 @@ class Redactor:
         values: list[tuple[str, Any]] = []
         variables: list[str] = []
         _find_secrets(env_args, values, variables, "env_args")
-        for source, value in values:
-            self.learn([value], source=source)
-        self.learn_variables(variables, environ)
+        env = os.environ if environ is None else environ
+        self._learn_named([*values, *((name, env[name]) for name in variables if env.get(name))])
 
     def text(self, text: str) -> str:
         pattern = self._pattern
