@@ -399,36 +399,47 @@ def secret_texts(value: Any) -> set[str]:
     return {text for text in found if text}
 
 
-def _collect_texts(value: Any, found: set[str], depth: int) -> None:
+def _collect_texts(value: Any, found: set[str], depth: int, derived: bool = False) -> None:
+    """Add to ``found`` the texts of ``value``; ``derived``: ``value`` is a part of a secret
+    (a line, a value inside its JSON), not a secret given as such."""
     if depth > 8:  # a secret nested deeper than this is not a setting anyone writes
         return
     if isinstance(value, (bool, int, float)):  # True and JSON's true, 1e-05 and 1e-05
         found |= {str(value), json.dumps(value)}
     elif isinstance(value, Mapping):
         for item in value.values():
-            _collect_texts(item, found, depth + 1)
+            _collect_texts(item, found, depth + 1, derived)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _collect_texts(item, found, depth + 1)
+            _collect_texts(item, found, depth + 1, derived)
     elif isinstance(value, str):
         text = value.strip()
-        if not text or text in found:
+        # A part with no run of letters or digits long enough for the redactor's fast first
+        # check (``-----END KEY-----``, ``},``) would turn that check off for every text;
+        # alone, such a part gives nothing away.
+        if not text or text in found or (derived and _core(text) < MIN_CORE_LENGTH):
             return
         found.add(text)
         if "\n" in text or "\r" in text:
-            found |= {line.strip() for line in text.splitlines()}
+            for line in text.splitlines():
+                _collect_texts(line, found, depth + 1, derived=True)
             unix = text.replace("\r\n", "\n")
             found |= {unix, unix.replace("\n", "\r\n")}
         credential = _AUTH_SCHEME.fullmatch(text)
         if credential is not None:
-            _collect_texts(credential.group(1), found, depth + 1)
+            _collect_texts(credential.group(1), found, depth + 1, derived)
             if text[:5].lower() == "basic":
                 with contextlib.suppress(ValueError, UnicodeDecodeError):
                     pair = base64.b64decode(credential.group(1).strip(), validate=True).decode()
                     found |= {pair, pair.partition(":")[2]}
         if text[:1] in "{[":
             with contextlib.suppress(ValueError, RecursionError):
-                _collect_texts(json.loads(text), found, depth + 1)
+                _collect_texts(json.loads(text), found, depth + 1, derived=True)
+
+
+def _core(text: str) -> int:
+    """The length of ``text``'s longest run of letters and digits."""
+    return max(map(len, _PLAIN.findall(text)), default=0)
 
 
 def _is_number(text: str) -> bool:
