@@ -9,7 +9,10 @@ is to measure) in three environments, interleaved and repeated:
   ``&`` (each searched for in 180 or so escaped forms), none of which the run's text holds:
   every string is checked, and passed over;
 - echoed: the same, and every answer of the model quotes one of the keys, so every record,
-  report and log line holding it is rewritten.
+  report and log line holding it is rewritten;
+- key file: the four keys and a service account's key (pretty-printed JSON with a 1.6 kB
+  private key) in ``GCP_SA_KEY``, searched for whole, line by line and by its inner values,
+  which the run's text does not hold.
 
 Target: secrets >= 0.95x the requests/s of no secrets. Run: ``.venv/bin/python -m
 benchmarks.redaction_cost`` (about a minute).
@@ -18,6 +21,7 @@ benchmarks.redaction_cost`` (about a minute).
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 
@@ -34,7 +38,7 @@ from benchmarks._common import (
     verdict,
     write_arithmetic,
 )
-from pytest_modal_eval.redact import is_secret_name, secret_forms
+from pytest_modal_eval.redact import Redactor, is_secret_name, secret_forms
 
 SECRETS = {
     "ACME_API_KEY": 'sk-proj-a/b+c"d\\e<f>&g-0123456789',
@@ -42,6 +46,21 @@ SECRETS = {
     "GATEWAY_SECRET": "gw/secret+with/slashes==",
     "MISTRAL_KEY": "mistral-'quoted'-key-99",
 }
+#: A service account's key, as ``GCP_SA_KEY`` would hold it.
+SERVICE_ACCOUNT = json.dumps(
+    {
+        "type": "service_account",
+        "project_id": "bench-project-1234",
+        "private_key_id": "0123456789abcdef0123456789abcdef01234567",
+        "private_key": "-----BEGIN PRIVATE KEY-----\n"
+        + "\n".join("MIIEv" + "QIBADANBgkqhkiG9w0BAQEFAASC" * 2 + f"{i:04d}" for i in range(26))
+        + "\n-----END PRIVATE KEY-----\n",
+        "client_email": "bench@bench-project-1234.iam.gserviceaccount.com",
+        "client_id": "123456789012345678901",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    },
+    indent=2,
+)
 
 
 def main() -> int:
@@ -57,6 +76,7 @@ def main() -> int:
         "no secrets": ({}, {}),
         "secrets": (SECRETS, {}),
         "echoed": (SECRETS, {"What is": f"The key is {SECRETS['ACME_API_KEY']}."}),
+        "key file": ({**SECRETS, "GCP_SA_KEY": SERVICE_ACCOUNT}, {}),
     }
     rps: dict[str, list[float]] = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory(prefix="bench-redact-") as tmp, fake_server() as url:
@@ -80,6 +100,8 @@ def main() -> int:
     ratio = median(rps["secrets"]) / base
     print(f"{len(SECRETS)} secrets, {forms} forms searched for")
     print(f"secrets >= 0.95x no secrets: {ratio:.3f} {verdict(ratio >= 0.95)}")
+    keyed = Redactor.from_environ({**SECRETS, "GCP_SA_KEY": SERVICE_ACCOUNT})
+    print(f"with the key file: {len(keyed.values)} texts, {len(keyed.to_json()['forms'])} forms")
     return 0 if ratio >= 0.95 else 1
 
 

@@ -84,3 +84,9 @@ class RecordingError(EvalProblem):
 class DetachError(ModalEvalError):
     """A detached session (``--detach``) could not be started, followed, pulled or stopped, or
     Modal refused what it asked; the message names the session, run or setting and the fix."""
+
+
+class SecretWarning(UserWarning):
+    """A configured secret the redactor cannot keep out of text as it keeps the others (too
+    short to be searched for, or a plain word); the message names where it was set, never its
+    value."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -254,27 +255,46 @@ def test_modal_without_a_token_is_a_usage_error(
     assert not (project.pytester.path / "outputs").exists()
 
 
-def test_the_server_log_holds_no_secret_the_session_knows(
+#: A service account's key as a secret-named variable holds it: pretty-printed JSON over
+#: several lines, some too short to be a secret alone, the private key escaped inside.
+SERVICE_ACCOUNT = """{
+  "type": "service_account",
+  "project_id": "demo-MARKproject",
+  "private_key_id": "0f3cMARKkeyid",
+  "private_key": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADMARKpem\\n-----END PRIVATE KEY-----\\n",
+  "a": 1,
+  "b": "MARK"
+}"""
+
+
+def test_the_server_log_and_the_process_list_hold_no_secret_the_session_knows(
     local: LocalRuns, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The server prints the session's secrets (a key, a variable the ini lists, a flag given
-    to vLLM) on stdout and stderr: ``vllm.log`` has each as ``[redacted]``."""
+    """The server prints the session's secrets (a key, a variable the ini lists, the Hub token
+    it reads from its environment, a service account's key of several lines, as written and a
+    line at a time) on stdout and stderr: ``vllm.log`` has none of them; nor do the command
+    lines of the supervisor and the server, as ``/proc`` shows them to every local user."""
     monkeypatch.setenv("OPENAI_API_KEY", 'sk-"local"-MARKapikey-0001')
     monkeypatch.setenv("ACME_SIGNING", "ini-listed-MARKinivar-0002")
-    monkeypatch.setenv("FAKE_VLLM_PRINT_ENV", "OPENAI_API_KEY ACME_SIGNING")
+    monkeypatch.setenv("HF_TOKEN", "hf-env-MARKhftoken-0003")
+    monkeypatch.setenv("GCP_SA_KEY", SERVICE_ACCOUNT)
+    monkeypatch.setenv("FAKE_VLLM_PRINT_ENV", "OPENAI_API_KEY ACME_SIGNING HF_TOKEN GCP_SA_KEY")
     local.project.pytester.makeini(
         "[pytest]\naddopts = -p no:randomly\nmodal_eval_secret_env =\n    ACME_SIGNING\n"
     )
-    flag = "vllm: {extra_args: [--hf-token, hf-flag-MARKflag-0003]}\n"
-    local.project.add("alpha", n=2, extra_yaml=flag)
+    local.project.add("alpha", n=2)
     local.run().assert_outcomes(passed=1)
     [server_logs] = local.server_log_dirs()
     log = (server_logs / "vllm.log").read_text()
     assert "fake vLLM: shutting down" in log  # the whole output was copied
-    shown = "OPENAI_API_KEY=[redacted] ACME_SIGNING=[redacted]"
-    assert f"env {shown}" in log and f"warning: settings {shown}" in log, log
-    assert "'--hf-token', '[redacted]'" in log, log
-    assert "MARK" not in log
+    shown = "OPENAI_API_KEY=[redacted] ACME_SIGNING=[redacted] HF_TOKEN=[redacted]"
+    assert f"env {shown} GCP_SA_KEY=[redacted]" in log, log
+    assert log.count("fake vLLM: INFO GCP_SA_KEY |   [redacted]") == 5, log
+    assert "MARK" not in log, log
+    [start] = local.started()
+    assert start["cmdline"][:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    assert start["parent_cmdline"][1] == "-c"  # the supervisor
+    assert "MARK" not in json.dumps([start["cmdline"], start["parent_cmdline"]])
 
 
 STATUS = "starting vLLM (local) for fake-model"
@@ -309,7 +329,6 @@ def test_a_slow_server_start_shows_a_changing_line_on_a_terminal(
     vLLM phase moves on): never a frozen line."""
     import pty
     import select
-    import subprocess
 
     monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "4")
     monkeypatch.setenv("TERM", "xterm")
@@ -351,3 +370,64 @@ def test_a_slow_server_start_shows_a_changing_line_on_a_terminal(
     assert len(within_2s) >= 2, drawn[:10]  # it changed within 2 s of first being shown
     assert any("loading weights" in line for _, line in drawn)
     assert any("capturing graphs" in line for _, line in drawn)
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "[--hf-token, hf-flag-MARKflag-0003]",
+        "['--hf-token=hf-flag-MARKflag-0003']",
+        "[--api-key, sk-flag-MARKflag-0004, --max-model-len, '512']",
+        "[--ssl-keyfile-password, pw-MARKflag-0005]",
+    ],
+)
+def test_a_secret_flag_in_extra_args_is_refused_naming_the_field_and_the_fix(
+    local: LocalRuns, flag: str
+) -> None:
+    """vLLM's command line (and its supervisor's) is readable by every local user: a secret
+    flag in ``vllm.extra_args`` stops the benchmark in one error naming the file, the field
+    and where vLLM reads the value from instead, and no server starts."""
+    local.project.add("alpha", n=2, extra_yaml=f"vllm: {{extra_args: {flag}}}\n")
+    result = local.run()
+    output = "\n".join(result.outlines + result.errlines)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(
+        [
+            "*alpha.yaml: invalid benchmark configuration*",
+            "*vllm.extra_args: --*would put a secret on vLLM's command line*",
+        ]
+    )
+    assert ("HF_TOKEN" in output) == ("hf-token" in flag)
+    assert "MARK" not in output
+    assert local.started() == []
+
+
+#: A secret of several lines, none long enough to be looked for alone.
+SHORT_LINES = "k1\nMARKa\nk3\nMARKb"
+
+
+@pytest.mark.parametrize("split", [None, 5, 9, 16], ids=["one-write", "at-5", "at-9", "at-16"])
+def test_the_supervisor_finds_a_secret_over_lines_and_writes(split: int | None) -> None:
+    """The log supervisor (``serving/vllm/local.py``) run on its own, copying a program that
+    writes a secret of several short lines in one write or cut in two writes a moment apart:
+    the log has ``[redacted]`` in its place, and the lines around it whole."""
+    from pytest_modal_eval.redact import Redactor
+    from pytest_modal_eval.serving.vllm.local import supervisor
+
+    text = f"before {SHORT_LINES} after\nnext line\n"
+    parts = [text] if split is None else [text[: 7 + split], text[7 + split :]]
+    program = (
+        "import sys, time\n"
+        f"for part in {parts!r}:\n"
+        "    sys.stdout.write(part); sys.stdout.flush(); time.sleep(0.1)\n"
+    )
+    rules = json.dumps(Redactor([SHORT_LINES]).to_json()) + "\n"
+    copied = subprocess.run(
+        [sys.executable, "-c", supervisor(), str(os.getpid()), "2", sys.executable, "-c", program],
+        input=rules.encode(),
+        capture_output=True,
+        timeout=30,
+        check=True,
+        start_new_session=True,  # the supervisor ends its whole process group when done
+    ).stdout.decode()
+    assert copied == "before [redacted] after\nnext line\n"

@@ -155,9 +155,10 @@ def shared(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         taken_port = taken.getsockname()[1]
+        # The Hub token, as vLLM reads it: from its environment, never its command line.
+        mp.setenv("HF_TOKEN", HF_TOKEN_VALUE)
         server = LocalVllmServer(
-            # A secret flag: neither our note of the command nor vLLM's own log may show it.
-            make_profile(bare_model, extra_args=["--hf-token", HF_TOKEN_VALUE]),
+            make_profile(bare_model),
             logs_dir=tmp_path_factory.mktemp("shared-vllm"),
             python=vllm_python,
             served_model_name=SERVED,
@@ -219,11 +220,23 @@ def test_a_taken_port_is_retried_on_another(shared: Shared) -> None:
     assert f"port {shared.taken_port} was taken; retrying on another port" in log
 
 
-def test_the_log_shows_no_secret_from_extra_args(shared: Shared) -> None:
+def test_no_command_line_and_not_the_log_shows_the_hub_token(shared: Shared) -> None:
+    """The supervisor's, vLLM's and its engine's command lines, as ``/proc`` shows them to
+    every local user, hold no secret; vLLM has the token in its environment."""
     log = shared.server.log_path.read_text()
-    assert "--hf-token '[redacted]'" in log  # our note of the command
-    assert "non-default args" in log  # vLLM's own account of its arguments, redacted by vLLM
+    assert "non-default args" in log  # vLLM's own account of its arguments
     assert HF_TOKEN_VALUE not in log
+    running = marked_processes(shared.mark)
+    assert len(running) >= 4, titles(running)
+    for pid in running:
+        assert HF_TOKEN_VALUE.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    environments = [Path(f"/proc/{pid}/environ").read_bytes() for pid in running]
+    assert any(f"HF_TOKEN={HF_TOKEN_VALUE}".encode() in env for env in environments)
+
+
+def test_a_secret_flag_is_not_a_vllm_setting(bare_model: Path) -> None:
+    with pytest.raises(ValueError, match="would put a secret on vLLM's command line"):
+        make_profile(bare_model, extra_args=["--hf-token", HF_TOKEN_VALUE])
 
 
 def test_clean_shutdown(shared: Shared) -> None:

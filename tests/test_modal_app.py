@@ -468,7 +468,8 @@ def test_modal_logs_hold_no_secret(
 ) -> None:
     """The Modal CLI's output (deploy, ``modal app logs`` of the container) reaches
     ``modal_vllm.log`` and the failure's message through the session's redactor: the proxy's
-    credentials and any secret the session knows are ``[redacted]``."""
+    credentials and any secret the session knows, one of several lines too, are
+    ``[redacted]``."""
     cli, _ = fake_cli
     environ = {
         "MODAL_PROXY_TOKEN_ID": "wk-MARKmodal-id",
@@ -476,8 +477,11 @@ def test_modal_logs_hold_no_secret(
         "VLLM_API_KEY": "key-MARKmodal-vllm",
     }
     session_secret = "hf_MARKmodal_session"
+    # A secret of several lines, each too short to be looked for alone.
+    lines_secret = "k1\nMARKmodal\nk3"
     monkeypatch.setenv("FAKE_MODAL_DEPLOY", "fail")
-    monkeypatch.setenv("FAKE_MODAL_SAY", " ".join([*environ.values(), session_secret]))
+    said = " ".join([*environ.values(), session_secret, lines_secret])
+    monkeypatch.setenv("FAKE_MODAL_SAY", said)
     monkeypatch.setattr(ModalServer, "_web_url", lambda self, name: None)
     logs = tmp_path / "logs"
     server = ModalServer(
@@ -486,7 +490,7 @@ def test_modal_logs_hold_no_secret(
         environ=environ,
         modal_cli=cli,
         served_model_name="qwen",
-        redactor=Redactor([session_secret]),
+        redactor=Redactor([session_secret, lines_secret]),
     )
 
     with pytest.raises(ServingError) as info:
@@ -494,7 +498,7 @@ def test_modal_logs_hold_no_secret(
 
     log = (logs / "modal_vllm.log").read_text()
     assert "Secret 'huggingface' not found" in log  # the CLI's output is there
-    assert log.count(" ".join(["[redacted]"] * 4)) == 2, log  # deploy, then app logs
+    assert log.count(" ".join(["[redacted]"] * 5)) == 2, log  # deploy, then app logs
     assert "MARKmodal" not in log
     assert "MARKmodal" not in str(info.value)
 
@@ -659,3 +663,27 @@ def test_a_run_hands_its_rollouts_to_the_proxy_in_its_process(
     assert len(starts) == 1
     again.stdout.fnmatch_lines(["*nothing to evaluate, no server was started*"])
     assert project.server.stats()["completed_requests"] == 6
+
+
+def test_the_containers_requests_to_its_vllm_reach_its_port_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``app._local`` (the container's health and sleep/wake calls) builds its URL from
+    parts: a path that is not plain never reaches another port."""
+    from pytest_modal_eval.serving.forwarding import ForwardRefused
+    from tests.support.modal_server import ModalLikeServer
+    from tests.test_forwarding import TRICKS
+
+    vllm, private = ModalLikeServer(), ModalLikeServer()
+    vllm.start(), private.start()
+    try:
+        monkeypatch.setattr(modal_app, "PORT", int(vllm.url.rsplit(":", 1)[1]))
+        other = int(private.url.rsplit(":", 1)[1])
+        assert modal_app._local("/health") == 200
+        for trick in TRICKS:
+            with pytest.raises(ForwardRefused):
+                modal_app._local(trick.format(other=other), timeout=2)
+    finally:
+        vllm.stop(), private.stop()
+    assert private.seen == []
+    assert [s.path_qs for s in vllm.seen] == ["/health"]

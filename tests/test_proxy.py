@@ -612,7 +612,7 @@ def test_in_process_client_sees_a_deadline_mid_answer_as_a_cut_answer(
 
 def test_upstream_headers_do_not_show_their_values() -> None:
     proxy = ModalProxy(ProxySettings("http://127.0.0.1:1", inject_headers=SECRETS))
-    _, headers = proxy._upstream_request("/v1/models", {"Accept": "application/json"})
+    _, headers = proxy._upstream_request(("/v1/models", ""), {"Accept": "application/json"})
     for shown in (repr(headers), str(headers), repr(headers.copy())):
         assert "Modal-Secret" in shown
         assert not any(secret in shown for secret in SECRET_VALUES)
@@ -839,3 +839,102 @@ def test_the_modal_server_sends_its_session_token(tmp_path: Path) -> None:
     [(name, value)] = one.client_headers
     assert name == CLIENT_TOKEN_HEADER and len(value) >= 32
     assert one.client_headers != two.client_headers  # one secret per server (per session)
+
+
+# -- what the proxy forwards: nowhere but the upstream -------------------------------------------
+#: ``Location`` headers a hostile upstream could answer with, to send the proxy (and the
+#: injected secrets) or its client elsewhere: ``{other}`` is a private service's port,
+#: ``{up}`` the upstream's.
+LOCATIONS = [
+    "http://127.0.0.1:{other}/x",
+    "//127.0.0.1:{other}/x",
+    "/\\127.0.0.1:{other}/x",
+    "\\\\127.0.0.1:{other}/x",
+    "http://127.0.0.1:{up}@127.0.0.1:{other}/x",
+    "@127.0.0.1:{other}/x",
+    "http://[::1]:{other}/x",
+    "http://localhost.:{other}/x",
+    "http://127.1:{other}/x",
+    "http://0x7f.1:{other}/x",
+    "/v1/%2F%2F127.0.0.1:{other}/x",
+]
+
+
+@pytest.fixture
+def private() -> Iterator[ModalLikeServer]:
+    """A service on another local port that nothing relayed may reach."""
+    server = ModalLikeServer()
+    server.start()
+    yield server
+    server.stop()
+    assert server.seen == []
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_a_tricky_request_target_is_refused_over_http_and_handed_over(
+    make_proxy: MakeProxy,
+    upstream: ModalLikeServer,
+    private: ModalLikeServer,
+    log_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tests.test_forwarding import TRICKS
+
+    proxy = make_proxy()
+    assert proxy.url is not None and proxy.proxy is not None
+    targets = [trick.format(other=_port(private.url)) for trick in TRICKS]
+    statuses = []
+    for target in targets:
+        # As written on the request line, byte for byte (no client normalises it first).
+        with socket.create_connection(("127.0.0.1", _port(proxy.url)), timeout=10) as sock:
+            sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        statuses.append(int(answer.split(b" ", 2)[1]))
+
+    async def handed_over() -> list[int]:
+        assert proxy.proxy is not None
+        async with aiohttp.ClientSession(auto_decompress=False) as session:
+            return [
+                (await proxy.proxy.forward(session, "POST", target, {}, b"{}"))[0]
+                for target in targets
+            ]
+
+    forwarded = asyncio.run(handed_over())
+    proxy.stop()
+    assert upstream.seen == [] and private.seen == []
+    assert set(statuses) <= {400} and set(forwarded) == {400}
+    assert len([r for r in caplog.records if "proxy: request refused" in r.getMessage()]) >= len(
+        targets
+    )
+    logged = log_path.read_text().splitlines()
+    # aiohttp's own parser refuses some before the proxy sees them; the rest are logged.
+    assert len(forwarded) <= len(logged) <= len(forwarded) + len(statuses)
+    assert all(" status=400 " in line for line in logged)
+
+
+@pytest.mark.parametrize("status", [303, 302, 307])
+@pytest.mark.parametrize("location", LOCATIONS)
+def test_a_redirect_off_the_upstream_is_followed_by_nobody(
+    make_proxy: MakeProxy,
+    upstream: ModalLikeServer,
+    private: ModalLikeServer,
+    client: httpx.Client,
+    location: str,
+    status: int,
+) -> None:
+    """The proxy does not follow it, and its client (which follows redirects, as OpenAI's
+    does) gets a 502 instead of the redirect."""
+    proxy = make_proxy()
+    given = location.format(other=_port(private.url), up=_port(upstream.url))
+    headers = {"X-Test-Location": given, "X-Test-Redirect-Status": str(status)}
+    with httpx.Client(timeout=15, trust_env=False, follow_redirects=True) as following:
+        answer = following.post(f"{proxy.url}{CHAT_PATH}", json=CHAT, headers=headers)
+    assert private.seen == []
+    assert answer.status_code == 502
+    assert "bad redirect Location" in answer.json()["error"]["message"]
+    assert [s.path_qs for s in upstream.seen] == [CHAT_PATH]

@@ -13,6 +13,7 @@ local Hub stores and the MLflow store are searched for it.
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import logging
@@ -26,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_modal_eval.config.options import Settings
-from pytest_modal_eval.exceptions import ServerStartError
+from pytest_modal_eval.exceptions import ServerStartError, ShareError
 from pytest_modal_eval.redact import REDACTED, Redactor, is_secret_name, redact, secret_forms
 from pytest_modal_eval.report.redaction import RedactedOutput
 from pytest_modal_eval.serving.broker import Broker, BrokerClient
@@ -98,6 +99,88 @@ def test_env_args_teach_their_secrets_and_key_variables() -> None:
         "url-password-1",
     }
     assert redactor.text("data/qa.jsonl") == "data/qa.jsonl"
+
+
+def test_env_args_teach_every_shape_a_secret_takes() -> None:
+    """Numbers, ``{name, value}`` mappings and ``[name, value]`` pairs at any depth, an
+    ``Authorization`` value and its credential (a ``Basic`` one decoded too), each line of a
+    value of several lines, every leaf of a JSON value, a secret flag's value in a list."""
+    redactor = Redactor()
+    basic = base64.b64encode(b"alice:basic-password-1").decode()
+    redactor.learn_env_args(
+        {
+            "judge": {"api_key": 31415926535, "password": True},
+            "task": {"env": [{"name": "SEARCH_API_KEY", "value": "pair-secret-1"}]},
+            "headers": [["Authorization", "Bearer bearer-secret-1"], ["Accept", "text/plain"]],
+            "more": [
+                {"key": "X-Api-Key", "value": 27182818284},
+                ["Proxy-Authorization", f"Basic {basic}"],
+            ],
+            "private_key": "-----BEGIN KEY-----\nline-secret-0001\nab\n-----END KEY-----\n",
+            "credentials": '{"type": "service_account", "private_key_id": "json-leaf-0001"}',
+            "command": ["serve", "--api-key", "flag-secret-0001", "--token=flag-secret-0002"],
+        }
+    )
+    assert {
+        "31415926535",
+        "27182818284",
+        "pair-secret-1",
+        "Bearer bearer-secret-1",
+        "bearer-secret-1",
+        "basic-password-1",
+        "alice:basic-password-1",
+        "line-secret-0001",
+        "-----BEGIN KEY-----\nline-secret-0001\nab\n-----END KEY-----",
+        "-----BEGIN KEY-----\r\nline-secret-0001\r\nab\r\n-----END KEY-----",
+        "json-leaf-0001",
+        "flag-secret-0001",
+        "flag-secret-0002",
+    } <= set(redactor.values)
+    assert not {"text/plain", "Accept", "SEARCH_API_KEY", "ab"} & set(redactor.values)
+    assert redactor.text('{"secret": "-----BEGIN KEY-----\\nline-secret-0001\\nab"}') == (
+        '{"secret": "[redacted]\\n[redacted]\\nab"}'  # line by line: a part of the whole
+    )
+
+
+def test_structured_outputs_keep_their_names_and_lose_their_secrets() -> None:
+    """Keys, roles and finish reasons stay whatever the secrets are; values (strings and
+    numbers whose text is a secret) lose them."""
+    redactor = Redactor(["example_id", "assistant", "31415926535", "sk-value-secret-1"])
+    record = {
+        "example_id": 3,
+        "completion": [{"role": "assistant", "content": "sk-value-secret-1 and example_id"}],
+        "finish_reason": "stop",
+        "info": {"number": 31415926535, "flag": True, "sk-value-secret-1": 1.5},
+    }
+    assert redactor.json(record, by_name=False) == {
+        "example_id": 3,
+        "completion": [{"role": "assistant", "content": "[redacted] and [redacted]"}],
+        "finish_reason": "stop",
+        "info": {"number": "[redacted]", "flag": True, "sk-value-secret-1": 1.5},
+    }
+    # A plain word is not looked for before a push (the plugin's own names hold words).
+    redactor.check("records", json.dumps({"example_id": 3, "role": "assistant"}).encode())
+    with pytest.raises(ShareError, match="still contains"):
+        redactor.check("records", b'{"a": "sk-value-secret-1"}')
+
+
+@pytest.mark.parametrize(
+    ("environ", "said"),
+    [
+        ({"SHORT_TOKEN": "abc"}, "SHORT_TOKEN: its value is 3 characters long"),
+        ({"MY_PASSWORD": "example_id"}, "MY_PASSWORD: its value is a plain word"),
+        ({"MY_PASSWORD": "a-long-random-Secret-9"}, None),
+    ],
+)
+def test_a_secret_that_cannot_be_kept_out_of_text_is_said_once(
+    environ: dict[str, str], said: str | None
+) -> None:
+    redactor = Redactor.from_environ(environ)
+    notices = redactor.take_notices()
+    assert [n.split(";")[0][: len(said or "")] for n in notices] == ([said] if said else [])
+    assert not any(value in notice for value in environ.values() for notice in notices)
+    redactor.learn_variables(list(environ), environ)
+    assert redactor.take_notices() == []  # once
 
 
 def test_a_told_redactor_hears_every_secret_before_learn_returns() -> None:

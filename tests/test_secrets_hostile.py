@@ -314,3 +314,32 @@ def test_a_secret_learned_after_the_local_server_started_stays_out_of_its_log(
     assert f"the judge's key is {REDACTED}" in text, text
     assert "MARKhostile" not in text
     assert redactor._listeners == []  # a stopped server hears of nothing more
+
+
+@pytest.mark.parametrize("word", ["example_id", "avg_reward", "assistant"])
+def test_a_secret_that_is_a_word_the_plugin_writes_breaks_nothing(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch, word: str
+) -> None:
+    """``MY_PASSWORD=example_id``: the records, the checkpoint a resume reads, metadata.json and
+    what ``runs`` and ``show --json`` print keep the plugin's own names (and the chat's roles);
+    the session says once that such a secret cannot be kept out of text."""
+    monkeypatch.setenv("MY_PASSWORD", word)
+    project.add("alpha", n=3)
+    first = project.run()
+    assert first.ret == 0, first.stdout.str()
+    first.stdout.fnmatch_lines(["*SecretWarning: MY_PASSWORD: its value is a plain word*"])
+    # Resumed: the checkpoint is read back, every example found finished.
+    again = project.run()
+    assert again.ret == 0, again.stdout.str()
+    [run_dir] = project.run_dirs("alpha")
+    for name in ("checkpoint.jsonl", "results.jsonl"):
+        for record in read_jsonl(run_dir / name):
+            assert REDACTED not in record and {"example_id", "reward"} <= set(record)
+            assert [m["role"] for m in record["completion"]] == ["assistant"]
+    metadata = json.loads((run_dir / "metadata.json").read_text())
+    assert metadata["avg_reward"] == 1.0 and REDACTED not in metadata
+    output = str(project.pytester.path / "outputs" / "evals")
+    runs = CliRunner().invoke(main, ["runs", "--json", "--eval-output-dir", output])
+    assert runs.exit_code == 0, runs.output
+    [listed] = json.loads(runs.stdout)
+    assert listed["avg_reward"] == 1.0 and REDACTED not in listed

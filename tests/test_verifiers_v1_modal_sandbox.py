@@ -142,6 +142,99 @@ def test_only_the_ports_handed_to_the_harness_are_relayed() -> None:
     assert runtime._targets == {4321}
 
 
+def _relay_pid(relay_file: str) -> int:
+    """The pid of the relay running ``relay_file`` (a stand-in sandbox's process here)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if relay_file.encode() in argv:
+                return int(entry.name)
+    raise AssertionError(f"no process runs {relay_file}")
+
+
+def test_the_relay_reaches_nothing_but_the_ports_handed_to_its_rollout(
+    fake_modal: tuple[ModuleType, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Code in the sandbox writes requests of its own into the relay's stream (its stdout,
+    through ``/proc/<relay>/fd/1``, as any process in the sandbox can): every URL-parsing
+    trick, and ports never handed out, is answered 4xx and logged, and the private service on
+    another local port is never reached; a plain request through the relay still is."""
+    import asyncio
+
+    import httpx
+    from verifiers.v1.runtimes import ModalConfig
+
+    from pytest_modal_eval.client.modal_sandbox import RelayedModalRuntime
+    from tests.support.modal_server import ModalLikeServer
+    from tests.test_forwarding import TRICKS
+
+    handed, private = ModalLikeServer(), ModalLikeServer()
+    handed.start(), private.start()
+    handed_port, other = (int(s.url.rsplit(":", 1)[1]) for s in (handed, private))
+    injected = {
+        1_000_000 + n: {"port": handed_port, "path": trick.format(other=other)}
+        for n, trick in enumerate(TRICKS)
+    }
+    injected[2_000_000] = {"port": other, "path": "/health"}  # never handed out
+    injected[2_000_001] = {"port": str(handed_port), "path": "/health"}
+    injected[2_000_002] = {"port": handed_port, "path": "/health", "method": "CONNECT"}
+
+    async def play() -> tuple[list[int], dict[int, int]]:
+        runtime = RelayedModalRuntime(ModalConfig(workdir=str(tmp_path / "app")), "relay-test")
+        answers: dict[int, int] = {}
+        send = runtime._send
+
+        async def seen(message: dict[str, Any]) -> None:
+            if "id" in message:
+                answers[message["id"]] = message["status"]
+            await send(message)
+
+        runtime._send = seen  # type: ignore[method-assign]
+        await runtime.start()
+        plain = []
+        try:
+            base = runtime.host_url(f"http://127.0.0.1:{handed_port}")
+            async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+                plain.append((await client.get(f"{base}/health")).status_code)
+                with open(f"/proc/{_relay_pid(runtime.relay_file)}/fd/1", "w") as stream:
+                    for request_id, fields in injected.items():
+                        line = {"id": request_id, "method": "GET", "headers": [], "body": ""}
+                        stream.write(json.dumps({**line, **fields}) + "\n")
+                        stream.flush()
+                    deadline = time.monotonic() + 30
+                    while not set(injected) <= set(answers) and time.monotonic() < deadline:
+                        await asyncio.sleep(0.05)
+                    # A line that is no request at all: ignored, and the relay still works.
+                    stream.write("not json\n")
+                    stream.flush()
+                try:
+                    plain.append((await client.get(f"{base}/health", timeout=10)).status_code)
+                except httpx.TimeoutException:
+                    plain.append(0)
+        finally:
+            await runtime.stop()
+        return plain, answers
+
+    try:
+        plain, answers = asyncio.run(play())
+    finally:
+        handed.stop(), private.stop()
+    assert [s.path_qs for s in private.seen] == []
+    assert plain == [200, 200]
+    assert {request_id: answers.get(request_id) for request_id in injected} == {
+        request_id: 403 if request_id == 2_000_000 or request_id == 2_000_001 else 400
+        for request_id in injected
+    }
+    # The requests that came through the relay's own HTTP, nothing else.
+    assert [s.path_qs for s in handed.seen] == ["/health", "/health"]
+    refused = [r.getMessage() for r in caplog.records if "relay request refused" in r.getMessage()]
+    assert len(refused) == len(injected)
+    assert any("not a request" in r.getMessage() for r in caplog.records)
+
+
 def test_modal_runtime_is_refused_in_one_line_without_a_token(
     taskset: Path,
     fake_modal: tuple[ModuleType, Path],

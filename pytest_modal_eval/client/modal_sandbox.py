@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import json
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -47,7 +49,14 @@ from verifiers.v1.runtimes import ModalConfig, ModalRuntime, RuntimeProcess
 from verifiers.v1.runtimes.base import SERVICE_PORT, register
 
 from pytest_modal_eval.client import sandbox_relay
+from pytest_modal_eval.serving.forwarding import (
+    ForwardRefused,
+    forwarded_method,
+    forwarded_target,
+)
 from pytest_modal_eval.serving.modal.sandboxes import session_tags
+
+_logger = logging.getLogger(__name__)
 
 #: verifiers' name of the runtime this module serves (``runtime: {type: modal}``).
 RUNTIME = "modal"
@@ -71,6 +80,12 @@ WATCHDOG = (
 )
 
 _NOT_RELAYED = {"content-encoding", "content-length", "transfer-encoding", "connection"}
+#: Request headers the sandbox's side may not set: httpx frames the body and names the host
+#: itself (a sandbox's own framing could smuggle a second request).
+_NOT_FORWARDED = {
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
+    "trailer", "expect", "proxy-authorization", "proxy-connection",
+}  # fmt: skip
 
 LEASE_ENV = "MODAL_EVAL_SANDBOX_LEASE"
 TIMEOUT_ENV = "MODAL_EVAL_SANDBOX_TIMEOUT"
@@ -233,26 +248,63 @@ class RelayedModalRuntime(ModalRuntime):  # type: ignore[misc]
         answering: set[asyncio.Task[None]] = set()
         try:
             async for line in lines:
-                task = asyncio.create_task(self._answer(json.loads(line)))
+                try:
+                    request = json.loads(line)
+                except ValueError:
+                    request = None
+                if not isinstance(request, dict):
+                    # Anything in the sandbox can write to the relay's stdout.
+                    _logger.warning(
+                        "modal sandbox %s: ignored a relay line that is not a request: %s",
+                        self.name,
+                        ascii(line[:200]),
+                    )
+                    continue
+                task = asyncio.create_task(self._answer(request))
                 answering.add(task)
                 task.add_done_callback(answering.discard)
         finally:
             for task in list(answering):
                 task.cancel()
 
+    def _forwarded(self, request: dict[str, Any]) -> tuple[str, httpx.URL, list[Any], bytes]:
+        """The method, URL (built from its parts), headers and body to send on for a request
+        the relay wrote; :class:`ForwardRefused` when it is anything but a plain request for
+        one of the ports handed to this rollout. The relay's line is the sandbox's text:
+        anything in the sandbox can write one."""
+        port = request.get("port")
+        if type(port) is not int or port not in self._targets:
+            raise ForwardRefused(f"port {ascii(port)[:40]} was not handed to this rollout", 403)
+        path, query = forwarded_target(request.get("path"))
+        method = forwarded_method(request.get("method"))
+        headers = request.get("headers")
+        if not isinstance(headers, list) or not all(
+            isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h)
+            for h in headers
+        ):
+            raise ForwardRefused("headers: not a list of [name, value] pairs")
+        try:
+            body = base64.b64decode(request.get("body") or "", validate=True)
+        except (binascii.Error, TypeError, ValueError) as exc:
+            raise ForwardRefused("body: not base64") from exc
+        url = httpx.URL(scheme="http", host="127.0.0.1", port=port, path=path, query=query.encode())
+        return method, url, [(k, v) for k, v in headers if k.lower() not in _NOT_FORWARDED], body
+
     async def _answer(self, request: dict[str, Any]) -> None:
         assert self._http is not None
-        port = int(request["port"])
-        if port not in self._targets:
-            reply: dict[str, Any] = {"status": 403, "headers": [], "body": ""}
+        request_id = request.get("id")
+        try:
+            method, url, headers, body = self._forwarded(request)
+        except ForwardRefused as exc:
+            _logger.warning("modal sandbox %s: relay request refused: %s", self.name, exc)
+            reply: dict[str, Any] = {
+                "status": exc.status,
+                "headers": [["content-type", "text/plain"]],
+                "body": base64.b64encode(f"refused by the host: {exc}".encode()).decode(),
+            }
         else:
             try:
-                response = await self._http.request(
-                    request["method"],
-                    f"http://127.0.0.1:{port}{request['path']}",
-                    headers=[(k, v) for k, v in request["headers"] if k.lower() != "host"],
-                    content=base64.b64decode(request["body"]),
-                )
+                response = await self._http.request(method, url, headers=headers, content=body)
                 reply = {
                     "status": response.status_code,
                     # httpx has decoded the body and the relay sets its own length.
@@ -269,7 +321,8 @@ class RelayedModalRuntime(ModalRuntime):  # type: ignore[misc]
                     "headers": [["content-type", "text/plain"]],
                     "body": base64.b64encode(str(exc).encode()).decode(),
                 }
-        await self._send({"id": request["id"], **reply})
+        if type(request_id) is int:
+            await self._send({"id": request_id, **reply})
 
     async def teardown(self) -> None:
         for task in self._tasks:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import types
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 from pytest_modal_eval.collect.context import CONTEXT_KEY
-from pytest_modal_eval.exceptions import EvalProblem
+from pytest_modal_eval.exceptions import EvalProblem, SecretWarning
 from pytest_modal_eval.model_names import model_label
 from pytest_modal_eval.report.junit import BENCHMARK_PROPERTY, MODEL_PROPERTY
 from pytest_modal_eval.serving.endpoint import ServerRequest
@@ -79,6 +80,10 @@ class BenchmarkFile(pytest.Module):
         session = self.config.stash[CONTEXT_KEY]
         benchmark = load_benchmark(self.path, list(session.settings.overrides))
         session.redactor.learn_env_args(benchmark.config.env_args)
+        # Once per secret: those of the environment (learned at configure) with the first
+        # benchmark, then each benchmark's own; pytest shows them in its warnings summary.
+        for notice in session.redactor.take_notices():
+            warnings.warn_explicit(SecretWarning(notice), SecretWarning, str(self.path), 0)
         for tag in ("eval", *benchmark.config.tags):
             _register_marker(self.config, tag)
         models = session.settings.models

@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pytest_modal_eval.config.overrides import apply_overrides
-from pytest_modal_eval.config.schema import BenchmarkConfig
+from pytest_modal_eval.config.schema import SECRET_FLAG_ERROR, BenchmarkConfig
 from pytest_modal_eval.exceptions import BenchmarkError
 
 
@@ -77,6 +77,8 @@ def _explain(path: Path, exc: ValidationError, overrides: list[tuple[str, Any]])
             lines.append(f"  {loc}{origin}: unknown key; allowed here: {', '.join(allowed)}")
         elif kind == "missing":
             lines.append(f"  {loc}: required field is missing")
+        elif kind == SECRET_FLAG_ERROR:
+            lines.append(f"  {loc}{origin}: {error['msg']}")
         else:
             given = error.get("input")
             lines.append(f"  {loc}{origin}: {error['msg']} (got {given!r})")

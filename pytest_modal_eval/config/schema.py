@@ -17,6 +17,9 @@ _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 #: for a model that keeps calling tools, far above what a task answered with tools needs.
 DEFAULT_MAX_TURNS = 50
 
+#: The error type of a secret flag in ``vllm.extra_args``, whose input is never shown.
+SECRET_FLAG_ERROR = "secret_on_command_line"
+
 #: Chat templates bundled in pytest_modal_eval/serving/chat_templates/, used when a model has none.
 FALLBACK_TEMPLATES = ("base", "code", "math", "think")
 
@@ -115,8 +118,23 @@ class VllmConfig(BaseModel):
     dtype: str = Field("auto", description="vLLM --dtype (auto, bfloat16, float16, float32)")
     enforce_eager: bool = Field(False, description="skip CUDA graph capture: faster boot")
     extra_args: list[str] = Field(
-        default_factory=list, description="further vLLM CLI arguments, verbatim"
+        default_factory=list,
+        description="further vLLM CLI arguments, verbatim; no secret flag (--hf-token, "
+        "--api-key): vLLM reads those from its environment",
     )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secret_flags(cls, args: list[str]) -> list[str]:
+        from pydantic_core import PydanticCustomError
+
+        from pytest_modal_eval.redact import secret_flags_problem
+
+        problem = secret_flags_problem(args)
+        if problem is not None:
+            # Its own type: the loader shows this error without the input (the secret).
+            raise PydanticCustomError(SECRET_FLAG_ERROR, problem)
+        return args
 
 
 class SamplingConfig(BaseModel):

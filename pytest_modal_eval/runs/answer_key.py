@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from pytest_modal_eval.redact import mask_args, mask_mapping
+from pytest_modal_eval.redact import comparable_stand_ins, mask_args, mask_mapping
 
 
 def answer_fields(
@@ -25,8 +25,12 @@ def answer_fields(
     endpoint_identity: str | None,
     weights: dict[str, Any] | None = None,
     agent: dict[str, Any] | None = None,
+    secret_key: bytes,
 ) -> dict[str, Any]:
     """Everything that can change an answer, and nothing that cannot (GPU, timeouts, concurrency).
+
+    Secret settings are stand-ins (``redact.keyed``) under ``secret_key``, the output
+    directory's (``runs.local_key``).
 
     ``num_examples`` is deliberately absent: examples are keyed by id, so a run over the
     first 100 examples is continued, not repeated, by a later run over all of them.
@@ -39,14 +43,16 @@ def answer_fields(
         "weights": weights,
         "endpoint": endpoint_identity,
         "env_id": env_id,
-        "env_args": mask_mapping(env_args),
+        "env_args": mask_mapping(env_args, secret_key),
         "dataset": dataset_fingerprint,
         "sampling": sampling,
         "rollouts": rollouts,
         "chat_template": chat_template,
         "vllm": {
             **{k: vllm.get(k) for k in ("revision", "max_model_len", "dtype")},
-            "extra_args": mask_args(extra) if (extra := vllm.get("extra_args")) else extra,
+            "extra_args": mask_args(extra, secret_key)
+            if (extra := vllm.get("extra_args"))
+            else extra,
         },
     }
     if rollouts > 1 and sampling.get("seed") is not None:
@@ -60,7 +66,10 @@ def answer_fields(
 
 def comparable_fields(fields: dict[str, Any]) -> dict[str, Any]:
     """The answer key without the identity of the model (its name, weights, Hub revision and
-    endpoint): what two runs compared with each other (a baseline, another model) must share."""
+    endpoint) and without the secrets' values (each stand-in is alike: runs made under another
+    output directory's key compare): what two runs compared with each other (a baseline,
+    another model) must share."""
+    fields = comparable_stand_ins(fields)
     vllm = fields.get("vllm")
     return {
         **fields,

@@ -13,6 +13,7 @@ known, the run with the same answer key (:mod:`.answer_key`) or a new one.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.runs.answer_key import answer_fields, canonical_hash, differing_fields
 from pytest_modal_eval.runs.identity import describe_change, describe_weights
+from pytest_modal_eval.runs.local_key import local_key
 from pytest_modal_eval.runs.locate import runs_in
 from pytest_modal_eval.runs.paths import RunPaths, model_run_dir
 from pytest_modal_eval.runs.run_files import (
@@ -236,7 +238,13 @@ class RunChoice:
             weights=self.request.identity.key if self.request.identity else None,
             # Every seat has its records whichever is the headline: agent.seat changes no answer.
             agent=config.agent.model_dump(exclude_none=True, exclude={"seat"}),
+            secret_key=self.secret_key,
         )
+
+    @functools.cached_property
+    def secret_key(self) -> bytes:
+        """The output directory's key for secret settings' stand-ins (``runs.local_key``)."""
+        return local_key(self.request.output_dir)
 
     @property
     def unchecked(self) -> str | None:
@@ -400,6 +408,7 @@ class RunChoice:
                 fields,
                 self.slug,
                 len(self.selected_ids),
+                self.secret_key,
             )
             write_json_atomic(
                 RunPaths(run_dir).run_config, request.redactor.json(run_config, by_name=False)

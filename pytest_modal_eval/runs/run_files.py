@@ -113,7 +113,10 @@ def run_config_json(
     fields: dict[str, Any],
     slug: str,
     n_selected: int,
+    secret_key: bytes,
 ) -> dict[str, Any]:
+    """``secret_key``: the output directory's (``runs.local_key``), for the secret settings'
+    stand-ins."""
     config = request.benchmark.config
     return {
         "run_id": run_id,
@@ -122,14 +125,14 @@ def run_config_json(
         "benchmark": request.benchmark.name,
         "benchmark_file": str(request.benchmark.path),
         "env_id": config.env_id,
-        "server_profile": mask_profile(request.server),
+        "server_profile": mask_profile(request.server, secret_key),
         "endpoint": info.endpoint.base_url,
         "chat_template": info.chat_template or None,
         "server_startup": (info.startup.phases or None) if info.startup else None,
         "sampling": config.sampling.model_dump(),
         "rollouts": config.eval.rollouts,
         "num_examples": n_selected,
-        "config": mask_config(config.model_dump(mode="json")),
+        "config": mask_config(config.model_dump(mode="json"), secret_key),
         "answer_hash": answer_hash,
         "answer_fields": fields,
         "model_identity": (

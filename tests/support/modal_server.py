@@ -13,6 +13,8 @@ once (a second GET is 404). A POST to a call URL, or a GET with a body, gets
   its last event, so a test can prove the first events arrived before the stream ended.
 - ``X-Test-Bad-Location: 1``: the first redirect's Location is not a URL.
 - ``X-Test-Note: 1``: the result carries ``X-Note`` with non-ASCII text (UTF-8 bytes).
+- ``X-Test-Location: L`` (and ``X-Test-Redirect-Status: N``, default 303): the answer is that
+  redirect to ``L`` as given, a hostile upstream's.
 
 A JSON body with ``"stream": true`` is answered with SSE ``text/event-stream`` chunks.
 :meth:`ModalLikeServer.fail_next` queues faults for the next requests: ``"429"`` or
@@ -101,6 +103,11 @@ class ModalLikeServer(ThreadedApp):
             return await self._fault(request, fault)
         if request.path == "/health":
             return web.Response(text="ok")
+        if "X-Test-Location" in request.headers:
+            status = int(request.headers.get("X-Test-Redirect-Status", "303"))
+            return web.Response(
+                status=status, headers={"Location": request.headers["X-Test-Location"]}
+            )
         if request.path != CHAT_PATH:
             return web.json_response({"error": {"message": "not found"}}, status=404)
 

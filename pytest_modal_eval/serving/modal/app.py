@@ -39,6 +39,7 @@ from pytest_modal_eval.serving.chat_template import (
     sha256_text,
 )
 from pytest_modal_eval.serving.endpoint import ServerProfile, canonical_json
+from pytest_modal_eval.serving.forwarding import forwarded_target
 from pytest_modal_eval.serving.vllm.command import vllm_args, vllm_command
 
 VLLM_VERSION = "0.32.0"  # the same version as the CPU build the flags are tested against
@@ -225,11 +226,15 @@ def _publish_provenance(app_name: str, provenance: dict[str, str]) -> None:
 
 
 def _local(path: str, method: str = "GET", timeout: float = 5.0) -> int:
-    """Status of a request to the vLLM in this container (0 when it does not answer)."""
+    """Status of a request to the vLLM in this container (0 when it does not answer);
+    ``path`` must be a plain one (``serving.forwarding``): the URL is built from parts."""
     import urllib.error
+    import urllib.parse
     import urllib.request
 
-    request = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", method=method)
+    target, query = forwarded_target(path)
+    url = urllib.parse.urlunsplit(("http", f"127.0.0.1:{PORT}", target, query, ""))
+    request = urllib.request.Request(url, method=method)
     key = os.environ.get("VLLM_API_KEY")
     if key:
         request.add_header("Authorization", f"Bearer {key}")

@@ -34,6 +34,7 @@ from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.redact import Redactor, redact_args
 from pytest_modal_eval.serving.chat_template import parse_log_line
 from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile, log_tail
+from pytest_modal_eval.serving.log_redaction import LogRules, copy_redacted
 from pytest_modal_eval.serving.modal import app as modal_app
 from pytest_modal_eval.serving.modal.app import DeploySpec
 
@@ -406,11 +407,23 @@ class ModalServer:
         return code
 
     def _copy_to_log(self, stream: Any) -> None:
-        """A process's output to our log, each line without the secrets the redactor knows."""
-        with stream, self.log_path.open("a", encoding="utf-8") as log:
-            for line in iter(stream.readline, b""):
-                log.write(self.redactor.text(line.decode("utf-8", "replace")))
+        """A process's output to our log without the secrets the redactor knows, found across
+        lines and writes (``serving.log_redaction``)."""
+        known: list[Any] = [None, None]  # the secrets the rules were made from, the rules
+
+        def rules() -> LogRules:
+            if known[0] != len(self.redactor.values):
+                known[:] = [len(self.redactor.values), LogRules(self.redactor.to_json())]
+            rules_now: LogRules = known[1]
+            return rules_now
+
+        with stream, self.log_path.open("a", encoding="utf-8", errors="replace") as log:
+
+            def write(text: str) -> None:
+                log.write(text)
                 log.flush()
+
+            copy_redacted(stream.fileno(), write, rules)
 
     def _capture_cli(self, args: list[str], *, timeout: float) -> str:
         try:

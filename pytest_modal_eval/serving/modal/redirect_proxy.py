@@ -33,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from yarl import URL
 
 from pytest_modal_eval.redact import Redactor
 from pytest_modal_eval.serving.env_proxy import aiohttp_options, env_proxy
+from pytest_modal_eval.serving.forwarding import ForwardRefused, forwarded_target
 
 __all__ = [
     "LOG_ROUTE_HEADER",
@@ -385,7 +387,18 @@ class ModalProxy:
             )
         route = request.headers.get(LOG_ROUTE_HEADER)
         with self._logged(request.method, request.rel_url.raw_path, route) as outcome:
-            return await self._proxy(request, outcome)
+            try:
+                target = forwarded_target(request.raw_path)
+            except ForwardRefused as exc:
+                return self._refused(exc, outcome)
+            return await self._proxy(request, target, outcome)
+
+    @staticmethod
+    def _refused(exc: ForwardRefused, outcome: _Outcome) -> web.Response:
+        """The answer to a request whose path is not forwarded (see ``serving.forwarding``)."""
+        _logger.warning("proxy: request refused: %s", exc)
+        outcome.status = str(exc.status)
+        return _error(exc.status, "proxy_refused", f"not forwarded: {exc}")
 
     async def forward(
         self,
@@ -410,11 +423,18 @@ class ModalProxy:
             raise aiohttp.ClientConnectionError(f"the proxy at {self.url} has stopped")
         if session.auto_decompress:
             raise ValueError("ModalProxy.forward needs a session with auto_decompress=False")
-        url, upstream_headers = self._upstream_request(path_qs, headers)
-        path = URL(path_qs, encoded=True).raw_path
         route = next((v for k, v in headers.items() if k.lower() == _ROUTE_KEY), None)
+        try:
+            target = forwarded_target(path_qs)
+        except ForwardRefused as exc:
+            shown = urllib.parse.quote(str(path_qs).partition("?")[0], safe="/%:@")
+            with self._logged(method, shown, route) as outcome:
+                made = self._refused(exc, outcome)
+            assert isinstance(made.body, bytes)
+            return made.status, _raw(made.headers), made.body
+        url, upstream_headers = self._upstream_request(target, headers)
         deadline_s = _deadline_of(self.settings, headers)
-        with self._logged(method, path, route) as outcome:
+        with self._logged(method, target[0], route) as outcome:
             deadline = asyncio.timeout(deadline_s)
             answered = False
             try:
@@ -482,9 +502,10 @@ class ModalProxy:
                 )
 
     def _upstream_request(
-        self, path_qs: str, client_headers: Mapping[str, str]
+        self, target: tuple[str, str], client_headers: Mapping[str, str]
     ) -> tuple[URL, _UpstreamHeaders]:
-        """The upstream URL and headers for a client's request to ``path_qs``."""
+        """The upstream URL, built from its parts, and headers for a client's request to
+        ``target`` (its path and query, checked by ``serving.forwarding``)."""
         s = self.settings
         headers = _UpstreamHeaders(
             (k, v) for k, v in client_headers.items() if k.lower() not in _DROP_FROM_CLIENT
@@ -493,12 +514,23 @@ class ModalProxy:
         headers.update(self._via_headers)  # an upstream proxy's credentials, for plain http
         # Without this aiohttp asks for gzip, which we would pass on to a client that never did.
         headers.setdefault("Accept-Encoding", "identity")
-        return URL(s.upstream.rstrip("/") + path_qs, encoded=True), headers
+        upstream = URL(s.upstream)
+        path, query = target
+        url = URL.build(
+            scheme=upstream.scheme,
+            authority=upstream.raw_authority,
+            path=upstream.raw_path.rstrip("/") + path,
+            query_string=query,
+            encoded=True,
+        )
+        return url, headers
 
-    async def _proxy(self, request: web.Request, outcome: _Outcome) -> web.StreamResponse:
+    async def _proxy(
+        self, request: web.Request, target: tuple[str, str], outcome: _Outcome
+    ) -> web.StreamResponse:
         s = self.settings
         body = await request.read()  # buffered: a retry must resend it
-        url, headers = self._upstream_request(request.raw_path, request.headers)
+        url, headers = self._upstream_request(target, request.headers)
         assert self._session is not None
         deadline_s = _deadline_of(s, request.headers)
         deadline = asyncio.timeout(deadline_s)
@@ -640,15 +672,21 @@ def _raw(headers: Mapping[str, str]) -> tuple[tuple[bytes, bytes], ...]:
 
 
 def _redirect_target(current: URL, resp: aiohttp.ClientResponse) -> URL | None:
-    """Where to GET next, for a 303 to the upstream's own origin; otherwise None (relay it).
+    """Where to GET next, for a 303; None for an answer to relay as it is.
 
-    Only same-origin targets are followed: the injected secrets must not go anywhere else.
+    A redirect (any 3xx) whose ``Location``, absolute or relative, leads off the upstream's
+    origin or to a path that is not plain (``serving.forwarding``) is a ValueError: neither
+    the injected secrets nor the client (OpenAI's clients follow redirects) may be sent to
+    another host or port.
     """
     location = resp.headers.get("Location")
-    if resp.status != 303 or not location:
+    if not 300 <= resp.status < 400 or not location:
         return None
     target = current.join(URL(location, encoded=True))
-    return target if target.origin() == current.origin() else None
+    if target.origin() != current.origin():
+        raise ValueError(f"{ascii(location)[:200]} leads off the upstream's origin")
+    forwarded_target(target.raw_path_qs)
+    return target if resp.status == 303 else None
 
 
 def _backoff(s: ProxySettings, attempt: int, retry_after: str | None) -> float:

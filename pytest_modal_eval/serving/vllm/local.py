@@ -7,11 +7,13 @@ API server is SIGKILLed those children live on (measured). So vLLM runs under a 
     pytest ── supervisor (group leader, new session) ── vLLM API server ── EngineCore ── Worker
 
 vLLM's output (stdout and stderr) reaches ``vllm.log`` through the supervisor, which replaces
-the secrets the session knows with ``[redacted]`` line by line as it copies them (vLLM prints
-its arguments, and its errors may quote its environment). The supervisor is told what to look
-for through its stdin, so no secret appears on a command line or in an environment it did not
-already have; it outlives pytest for as long as vLLM does, so the log stays redacted however
-pytest ends.
+the secrets the session knows with ``[redacted]`` as it copies them (vLLM prints its
+arguments, and its errors may quote its environment). It matches across lines and writes: it
+writes whole lines, and holds back text that could be the start of a secret until the rest
+arrives or the output stays quiet for a moment, so a secret of several lines is found whole.
+The supervisor is told what to look for through its stdin, so no secret appears on a command
+line or in an environment it did not already have; it outlives pytest for as long as vLLM does,
+so the log stays redacted however pytest ends.
 
 The supervisor watches ``os.getppid()``: when pytest dies, however it dies, the supervisor is
 re-parented and then takes the whole group down (SIGTERM, grace, SIGKILL). Polling the parent
@@ -38,6 +40,7 @@ import httpx
 from pytest_modal_eval import phases
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.redact import Redactor, redact_args, secret_arg_values
+from pytest_modal_eval.serving import log_redaction
 from pytest_modal_eval.serving.chat_template import load_fallback, resolve_for_model
 from pytest_modal_eval.serving.endpoint import LOG_TAIL_LINES, Endpoint, ServerProfile
 from pytest_modal_eval.serving.preflight import error_cause, find_vllm, model_dir_problem
@@ -53,38 +56,27 @@ _POLL_S = 0.5
 # within seconds with this OSError.
 _BIND_ERRORS = ("Address already in use", "[Errno 98]")
 
-# Runs in the vLLM interpreter: stdlib only, argv = parent pid, grace seconds, command...;
-# stdin = what to redact (Redactor.to_json()), one JSON line, then a new line each time the
-# session learns a secret.
+# Runs in the vLLM interpreter after serving/log_redaction.py's source (see _supervisor):
+# stdlib only, argv = parent pid, grace seconds, command...; stdin = what to redact
+# (Redactor.to_json()), one JSON line, then a new line each time the session learns a secret.
 _SUPERVISOR = r"""
-import json, os, re, signal, subprocess, sys, threading, time
+import json, os, signal, subprocess, sys, threading, time
 
 parent, grace, cmd = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
 asked = []
 signal.signal(signal.SIGTERM, lambda *_: asked.append(True))
 
 
-def rules(raw):
-    spec = json.loads(raw or b"{}")
-    forms = spec.get("forms") or []
-    return (
-        re.compile("|".join(map(re.escape, forms))) if forms else None,
-        spec.get("cores"),
-        re.compile(spec["userinfo"]) if spec.get("userinfo") else None,
-        spec.get("replacement", "[redacted]"),
-    )
-
-
 # Unbuffered: a thread blocked reading a buffered stdin aborts the interpreter at exit.
 stdin = open(0, "rb", buffering=0, closefd=False)
-current = [rules(stdin.readline())]
+current = [LogRules(json.loads(stdin.readline() or b"{}"))]
 
 
 def listen():
     # Each later line replaces the rules whole; at EOF (pytest gone) the last ones stay.
     for raw in iter(stdin.readline, b""):
         try:
-            current[0] = rules(raw)
+            current[0] = LogRules(json.loads(raw))
         except (ValueError, re.error):
             pass
 
@@ -96,17 +88,14 @@ child = subprocess.Popen(
 
 
 def copy():
-    # vLLM's output to the log, line by line, without the secrets.
+    # vLLM's output to the log, without the secrets (across lines and writes).
     out = sys.stdout.buffer
-    for line in iter(child.stdout.readline, b""):
-        secret, cores, userinfo, hidden = current[0]
-        text = line.decode("utf-8", "surrogateescape")
-        if secret is not None and (cores is None or any(c in text for c in cores)):
-            text = secret.sub(hidden, text)
-        if userinfo is not None and "://" in text:
-            text = userinfo.sub(hidden + "@", text)
+
+    def write(text):
         out.write(text.encode("utf-8", "surrogateescape"))
         out.flush()
+
+    copy_redacted(child.stdout.fileno(), write, lambda: current[0])
 
 
 copier = threading.Thread(target=copy, daemon=True)
@@ -159,6 +148,11 @@ code = child.wait()
 copier.join(5.0)  # the rest of the output; the group is gone, so the pipe is at its end
 sys.exit(code if code >= 0 else 128 - code)
 """
+
+
+def supervisor() -> str:
+    """The supervisor's program: :mod:`..log_redaction`'s source, then :data:`_SUPERVISOR`."""
+    return Path(log_redaction.__file__).read_text(encoding="utf-8") + _SUPERVISOR
 
 
 def free_port() -> int:
@@ -351,7 +345,7 @@ class LocalVllmServer:
         # The session's secrets, and those given to vLLM as flags (vLLM hides some of them);
         # the supervisor hears of each secret the session learns later (a judge's key).
         self._secrets = Redactor([*self.redactor.values, *secret_arg_values(cmd)])
-        supervised = [self.python, "-c", _SUPERVISOR, str(os.getpid()), str(self.stop_grace_s)]
+        supervised = [self.python, "-c", supervisor(), str(os.getpid()), str(self.stop_grace_s)]
         with self.log_path.open("ab") as log:
             try:
                 self._proc = subprocess.Popen(

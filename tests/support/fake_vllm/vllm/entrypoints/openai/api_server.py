@@ -6,8 +6,10 @@ readiness probe, log, port-clash retry, stop). It:
 
 - accepts vLLM's command line: ``--model``, ``--served-model-name``, ``--host`` and ``--port``
   are used, every other argument is ignored (as vLLM would accept it);
-- appends one JSON line per start (pid, model, served name, port, full argv) to the file named
-  by ``FAKE_VLLM_STARTS``, so a test counts server starts and sees what each was given;
+- appends one JSON line per start (pid, model, served name, port, full argv, and the command
+  lines ``/proc`` shows for it and for its parent, the supervisor) to the file named by
+  ``FAKE_VLLM_STARTS``, so a test counts server starts and sees what each was given and what
+  any local user could read;
 - serves the OpenAI API of ``tests/support/openai_server.py`` (its ``FakeModel``/``build_app``:
   arithmetic answered right, ``/admin/*`` controls) on that host and port;
 - stops cleanly on SIGTERM/SIGINT, which is how the supervisor stops vLLM.
@@ -28,7 +30,9 @@ Test-only controls:
   prompts, and whatever a benchmark put in them, reach the server's log;
 - ``FAKE_VLLM_PRINT_ENV``: names of environment variables (space-separated) whose values it
   prints at start, with its full argv, on stdout and on stderr, as a server that logs its
-  settings or quotes them in an error would.
+  settings or quotes them in an error would; a value of several lines is printed as it is
+  (over several lines) and once more a line at a time, each behind a prefix of its own, as a
+  logger that writes a message per line would.
 """
 
 from __future__ import annotations
@@ -68,9 +72,17 @@ def record_start(args: argparse.Namespace, served: str, argv: list[str]) -> None
             "served_model_name": served,
             "port": args.port,
             "argv": argv,
+            "cmdline": _cmdline(os.getpid()),
+            "parent_cmdline": _cmdline(os.getppid()),
             "t": time.time(),
         },
     )
+
+
+def _cmdline(pid: int) -> list[str]:
+    """What ``/proc`` shows every local user of a process's command line."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return [part.decode(errors="replace") for part in fh.read().split(b"\0") if part]
 
 
 def append_line(variable: str, record: dict[str, object]) -> None:
@@ -132,6 +144,11 @@ def main(argv: list[str]) -> int:
         shown = " ".join(f"{name}={os.environ.get(name, '')}" for name in names)
         print(f"fake vLLM: args {argv} env {shown}", flush=True)
         print(f"fake vLLM: warning: settings {shown}", file=sys.stderr, flush=True)
+        for name in names:
+            lines = os.environ.get(name, "").splitlines()
+            if len(lines) > 1:
+                for line in lines:
+                    print(f"fake vLLM: INFO {name} | {line}", flush=True)
     if args.fake_exit_code is not None:
         print(
             f"fake vLLM: ValueError: cannot load model {args.model!r} "
