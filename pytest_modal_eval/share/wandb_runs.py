@@ -218,6 +218,7 @@ def _log_run(run: SharedRun, output_dir: Path, redactor: Redactor) -> LoggedRun:
 def describe(logged: Sequence[LoggedRun]) -> str:
     if not logged:
         return "W&B: nothing logged"
+    logged = sorted(logged, key=lambda r: r.config_name)  # in name order, however -n finished
     mode = logged[0].mode
     names = ", ".join(r.config_name for r in logged)
     if mode == "offline":
