@@ -77,6 +77,41 @@ def test_the_runner_app_is_built_offline_as_modal_will_deploy_it(
     assert any("pytest==9.2.0" in c and "verifiers==0.3.1" in c for c in commands), commands
 
 
+def test_traces_and_wandb_settings_travel_to_the_container_and_stay_readable() -> None:
+    """``OTEL_*`` and ``WANDB_*`` mean in the container what they mean here: they travel in the
+    session's Modal secret; the OTLP headers and W&B's key as secrets (the container's redactor
+    learns them), the others as settings it leaves readable; this machine's paths stay here."""
+    from pytest_modal_eval.redact import Redactor
+    from pytest_modal_eval.session.detached import traveling_settings
+
+    here = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector.example:4318",
+        "OTEL_EXPORTER_OTLP_HEADERS": "Authorization=Basic cGstbGY6c2stbGY=",
+        "WANDB_API_KEY": "wandb-key-0123456789",
+        "WANDB_PROJECT": "regressions",
+        "WANDB_DIR": "/home/me/wandb",
+        "WANDB_ENTITY": "",
+        "HOME": "/home/me",
+    }
+    secret, plain = traveling_settings(here)
+    assert secret == ["OTEL_EXPORTER_OTLP_HEADERS", "WANDB_API_KEY"]
+    assert plain == ["OTEL_EXPORTER_OTLP_ENDPOINT", "WANDB_PROJECT"]
+    spec = make_spec(env_names=tuple(secret), setting_names=tuple(plain))
+    assert RunnerSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    built = build(spec, here)
+    [sent] = [s for s in private(built.controller)._spec.secrets if "OTEL" in repr(s)]
+    assert closure(private(sent))["load_env_dict"]() == {
+        name: here[name] for name in [*secret, *plain]
+    }
+    # The container's redactor, made as ``detach.runner.Container`` makes it.
+    redactor = Redactor.from_environ(here, names=spec.env_names)
+    line = " ".join(f"{name}={here[name]}" for name in [*secret, *plain])
+    assert redactor.text(line) == (
+        "OTEL_EXPORTER_OTLP_HEADERS=[redacted] WANDB_API_KEY=[redacted] "
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://collector.example:4318 WANDB_PROJECT=regressions"
+    )
+
+
 def test_the_image_pins_this_environment() -> None:
     image = local_environment()
     pins = dict(pin.split("==") for pin in image.pins if "==" in pin)

@@ -9,7 +9,8 @@ and the module-level :data:`app` makes the same one from that variable there.
 ``run_session`` and ``run_worker`` are defined at module level and decorated inside
 :func:`build`: the container finds them by name.
 
-Secrets: the values of the variables :attr:`RunnerSpec.env_names` names travel in a
+Secrets: the values of the variables :attr:`RunnerSpec.env_names` names (and of the settings
+:attr:`RunnerSpec.setting_names` names: traces' ``OTEL_*``, W&B's ``WANDB_*``) travel in a
 ``Secret.from_dict`` made from the launching machine's environment at deploy time, and the
 named Modal secrets of :attr:`RunnerSpec.secrets` are attached; none is in the image, the spec
 or any call's arguments.
@@ -60,7 +61,7 @@ def build(spec: RunnerSpec, env_values: Mapping[str, str] | None = None) -> Buil
     app = modal.App(spec.app_name(), tags=dict(TAGS))
     values = env_values if env_values is not None else os.environ
     present: dict[str, str | None] = {
-        name: values[name] for name in spec.env_names if values.get(name)
+        name: values[name] for name in (*spec.env_names, *spec.setting_names) if values.get(name)
     }
     secrets = [modal.Secret.from_name(name) for name in spec.secrets]
     if present:

@@ -66,6 +66,7 @@ class Launch:
     command: str
     serving_on_modal: bool = False
     keep_deployment: bool = False
+    setting_names: tuple[str, ...] = ()  # settings that travel beside env_names, not secrets
 
 
 def command_live(calls: ModalCalls, record: dict[str, Any]) -> bool:
@@ -97,6 +98,7 @@ def start_or_attach(launch: Launch, calls: ModalCalls, say: Callable[[str], None
         memory_mib=launch.memory_mib,
         secrets=launch.secrets,
         env_names=launch.env_names,
+        setting_names=launch.setting_names,
         project=launch.root.name,
     )
     session_id = new_session_id()

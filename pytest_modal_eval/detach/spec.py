@@ -38,6 +38,9 @@ class RunnerSpec:
     memory_mib: int
     secrets: tuple[str, ...] = ()  # named Modal secrets
     env_names: tuple[str, ...] = ()  # variables whose values travel as a Secret.from_dict
+    # Settings that travel in the same Secret.from_dict but are not secrets (``OTEL_*``,
+    # ``WANDB_*``): the container's redactor does not learn them.
+    setting_names: tuple[str, ...] = ()
     project: str = "project"  # the project directory's name, for the app's name
 
     def to_json(self) -> dict[str, Any]:
@@ -48,6 +51,7 @@ class RunnerSpec:
             "memory_mib": self.memory_mib,
             "secrets": list(self.secrets),
             "env_names": list(self.env_names),
+            "setting_names": list(self.setting_names),
             "project": self.project,
         }
 
@@ -60,6 +64,7 @@ class RunnerSpec:
             memory_mib=int(data["memory_mib"]),
             secrets=tuple(data.get("secrets") or ()),
             env_names=tuple(data.get("env_names") or ()),
+            setting_names=tuple(data.get("setting_names") or ()),
             project=str(data.get("project") or "project"),
         )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,8 @@ from pytest_modal_eval.collect.items import BenchmarkItem
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.exceptions import DetachError, ServingError
 from pytest_modal_eval.model_names import model_slug
-from pytest_modal_eval.redact import KNOWN_SECRET_VARIABLES, secret_variables
+from pytest_modal_eval.redact import KNOWN_SECRET_VARIABLES, is_secret_name, secret_variables
+from pytest_modal_eval.traces.settings import HEADER_VARIABLES
 
 if TYPE_CHECKING:
     from pytest_modal_eval.collect.context import EvalContext
@@ -33,6 +35,31 @@ if TYPE_CHECKING:
 DETACHED_PLUGIN = "modal_eval_detached"
 #: Credentials that never travel: a Modal container has its own (and ignores these).
 STAY_HERE = ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET")
+#: Traces' and W&B's settings, read from the environment as their SDKs read them: they travel
+#: to the container (a secret-looking one, or the OTLP headers, as a secret) so that
+#: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``WANDB_MODE`` mean there what they mean here.
+SETTING_PREFIXES = ("OTEL_", "WANDB_")
+#: Paths of this machine, meaningless in the container (W&B's offline runs land in the run's
+#: output directory, on the Volume, without them).
+LOCAL_PATHS = (
+    "WANDB_DIR",
+    "WANDB_CACHE_DIR",
+    "WANDB_CONFIG_DIR",
+    "WANDB_DATA_DIR",
+    "WANDB_ARTIFACT_DIR",
+)
+
+
+def traveling_settings(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """The ``OTEL_*`` / ``WANDB_*`` variables set here, as ``(secret ones, the others)``."""
+    secret: list[str] = []
+    plain: list[str] = []
+    for name in sorted(environ):
+        if not name.startswith(SETTING_PREFIXES) or name in LOCAL_PATHS or not environ[name]:
+            continue
+        hidden = is_secret_name(name) or name in HEADER_VARIABLES
+        (secret if hidden else plain).append(name)
+    return secret, plain
 
 
 class DetachedSession:
@@ -109,6 +136,8 @@ class DetachedSession:
         names = {settings.api_key_env, *settings.secret_env, *detach.env, *KNOWN_SECRET_VARIABLES}
         for item in self.items:
             names.update(secret_variables(item.benchmark.config.env_args))
+        secret_settings, plain_settings = traveling_settings(os.environ)
+        names.update(secret_settings)
         return Launch(
             root=root,
             invocation=invocation,
@@ -122,6 +151,7 @@ class DetachedSession:
             memory_mib=detach.memory_mib,
             secrets=detach.secrets,
             env_names=tuple(sorted(names - set(STAY_HERE))),
+            setting_names=tuple(plain_settings),
             parallel=detach.parallel,
             junit=bool(getattr(self.config.option, "xmlpath", None)),
             lock_timeout_s=settings.lock_timeout_s,
