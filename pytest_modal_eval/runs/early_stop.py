@@ -265,7 +265,7 @@ class EarlyStop:
         key = str(example_id)
         if values is None:
             for cs in self.sequences.values():
-                cs.population = (cs.population or 1) - 1
+                cs.leave()
             return
         differences = {}
         for p in self.paired:
@@ -356,8 +356,8 @@ class EarlyStop:
             )
         failed = [*below, *(p.name for p in paired if p.regressed)]
         intervals = {
-            n: (self._unscale(n, cs.lower), self._unscale(n, cs.upper))
-            for n, cs in self.sequences.items()
+            n: (self._unscale(n, low), self._unscale(n, high))
+            for n, (low, high) in ((n, cs.bounds()) for n, cs in self.sequences.items())
         }
         intervals.update({p.name: p.interval for p in paired})
         return Decision(
