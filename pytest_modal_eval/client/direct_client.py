@@ -51,6 +51,7 @@ from pytest_modal_eval.exceptions import DirectClientError
 from pytest_modal_eval.serving.env_proxy import ProxyOptions, aiohttp_options
 
 if TYPE_CHECKING:
+    from pytest_modal_eval.client.workers import Intake
     from pytest_modal_eval.serving.modal.redirect_proxy import ModalProxy
 
 #: Seconds to open a connection (the SDK's and verifiers' default).
@@ -84,10 +85,13 @@ class DirectOpenAI:
         http: Any,
         max_in_flight: int | None = None,
         journal: AnswerJournal | None = None,
+        intake: Intake | None = None,
     ) -> None:
         """``max_in_flight`` caps the requests waiting for an answer (default: the connections);
-        with a ``journal``, answers are recorded as they arrive and replayed after a resume."""
+        with a ``journal``, answers are recorded as they arrive and replayed after a resume;
+        an ``intake`` is asked before each request is written whether its example may send."""
         self._sdk = sdk
+        self._intake = intake
         self._in_flight = asyncio.Semaphore(max_in_flight or max_connections)
         self._order = SendsFirst()
         self._journal = journal
@@ -157,22 +161,24 @@ class DirectOpenAI:
             headers = {**headers, **extra}
             headers = {name: value for name, value in headers.items() if isinstance(value, str)}
         url, data = self._base + path.lstrip("/"), dumps(body)
+        example = current_example.get()
         if self._journal is None:
-            return await self._send(url, headers, data)
+            return await self._send(url, headers, data, example)
         # The path, not the URL: a resumed run may reach the same server on another port.
-        example, key = current_example.get(), request_key(path, data)
+        key = request_key(path, data)
         stored = self._journal.replay(example, key)
         if stored is not None:  # answered before the run was interrupted: not sent again
             return self._http.Response(
                 stored.status, headers=list(stored.raw_headers), content=stored.content
             )
-        return await self._send(url, headers, data, (example, key))
+        return await self._send(url, headers, data, example, (example, key))
 
     async def _send(
         self,
         url: str,
         headers: dict[str, str],
         data: bytes,
+        example: int | None,
         journal_entry: tuple[int | None, str] | None = None,
     ) -> Any:
         session = self._session or self._open()
@@ -181,6 +187,10 @@ class DirectOpenAI:
             try:
                 queued = time.monotonic()
                 async with self._in_flight:
+                    if self._intake is not None and not self._intake.may_send(example):
+                        # The run needs no more examples and this one sent nothing: its
+                        # worker is being cancelled; end the request unsent.
+                        raise asyncio.CancelledError
                     if (waits := slot_waits.get()) is not None:
                         waits.append(time.monotonic() - queued)
                     with self._order.sending():
@@ -278,6 +288,7 @@ def open_direct_client(
     max_connections: int,
     max_in_flight: int | None = None,
     journal: AnswerJournal | None = None,
+    intake: Intake | None = None,
 ) -> DirectOpenAI:
     """An ``AsyncOpenAI`` for ``base_url`` (:func:`open_sdk_client`) and the
     :class:`DirectOpenAI` that sends its requests.
@@ -299,6 +310,7 @@ def open_direct_client(
         http=sdk_http(),
         max_in_flight=max_in_flight,
         journal=journal,
+        intake=intake,
     )
 
 

@@ -252,7 +252,9 @@ class EarlyStop:
     def finished(self, example_id: int, values: Mapping[str, float] | None) -> None:
         """One example is done: its per-example values by quantity (None: it errored)."""
         turn = self._turn_of.get(example_id)
-        if turn is None or self.off is not None:
+        # An example taken already (an error replayed from the checkpoint, evaluated again
+        # now) keeps the place it had: the sequence is a function of the values in order.
+        if turn is None or turn < self._next or self.off is not None:
             return
         if self.pending:
             self._poll()
@@ -375,9 +377,19 @@ class EarlyStop:
     def decided(self) -> bool:
         return self.decision is not None
 
+    @property
+    def ahead(self) -> int:
+        """Examples finished ahead of their turn, waiting for the examples before them."""
+        return len(self._waiting)
 
-def record(decision: Decision | None, off: str | None, evaluated: int) -> dict[str, Any]:
-    """What ``metadata.json`` says of early stopping."""
+
+def record(
+    decision: Decision | None, off: str | None, evaluated: int, in_flight: tuple[int, int] = (0, 0)
+) -> dict[str, Any]:
+    """What ``metadata.json`` says of early stopping. ``in_flight``: the examples sent but not
+    yet taken by the sequences when the gate was decided, as (requests awaiting an answer,
+    answers waiting for their turn); nothing is sent after the decision, so a run sends at
+    most ``decided_after`` plus these."""
     if decision is None:
         return {"decided": False, "reason": off or "the gate was not decided before the end"}
     return {
@@ -386,6 +398,8 @@ def record(decision: Decision | None, off: str | None, evaluated: int) -> dict[s
         "decided_after": decision.after,
         "total_examples": decision.total,
         "evaluated": evaluated,
+        "in_flight": in_flight[0],
+        "answered_ahead": in_flight[1],
         "deciding": decision.deciding,
         "intervals": {n: list(bounds) for n, bounds in decision.intervals.items()},
         "level": decision.level,

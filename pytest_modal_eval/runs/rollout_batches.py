@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.client.answer_journal import AnswerJournal
+from pytest_modal_eval.client.workers import Intake
 from pytest_modal_eval.runs.interrupt import run_interruptibly
 from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.runs.request import RunRequest
@@ -63,10 +64,12 @@ def run_grouped(
     rollout_indexes: Callable[[int], Sequence[int]],
     *,
     order: Sequence[int] | None = None,
-    keep_sending: Callable[[], bool] = lambda: True,
+    intake: Intake | None = None,
 ) -> None:
     """Run the examples still missing rollouts, in dataset order or in ``order`` (positions);
-    once ``keep_sending`` says no, no further example starts and those started finish."""
+    once the ``intake`` closes (its ``keep_sending`` says no), no further example starts, those
+    that sent nothing are dropped, and those whose requests went out finish."""
+    intake = intake or Intake()
     config = request.benchmark.config
     log_route = None
     request_timeout = config.eval.request_timeout
@@ -87,13 +90,13 @@ def run_grouped(
         return "interrupted (Ctrl-C)" if interrupt.is_set() else should_stop()
 
     for group in sorted({m for m in still_missing if m}, reverse=True):
-        if not keep_sending():
+        if intake.closed:
             break
         batch: Iterable[dict[str, Any]]
         if order is None:
             batch = (row for row, m in zip(rows, still_missing, strict=True) if m == group)
         else:
-            batch = _in_order(rows, order, still_missing, group, keep_sending)
+            batch = _in_order(rows, order, still_missing, group)
         run_interruptibly(
             verifiers_adapter.run_examples(
                 env,
@@ -111,24 +114,18 @@ def run_grouped(
                 journal=journal,
                 rollout_indexes=rollout_indexes,
                 max_turns=config.eval.max_turns,
+                intake=intake,
             ),
             interrupt,
         )
 
 
 def _in_order(
-    rows: Any,
-    order: Sequence[int],
-    still_missing: Sequence[int],
-    group: int,
-    keep_sending: Callable[[], bool],
+    rows: Any, order: Sequence[int], still_missing: Sequence[int], group: int
 ) -> Iterator[dict[str, Any]]:
-    """The rows missing ``group`` rollouts, in ``order``, until ``keep_sending`` says no
-    (asked each time a worker is free to start the next example)."""
+    """The rows missing ``group`` rollouts, in ``order`` (the workers' intake decides when to
+    stop taking them)."""
     for position in order:
-        if still_missing[position] != group:
-            continue
-        if not keep_sending():
-            return
-        row: dict[str, Any] = rows[position]
-        yield row
+        if still_missing[position] == group:
+            row: dict[str, Any] = rows[position]
+            yield row
