@@ -272,3 +272,37 @@ def test_a_decided_sequence_reports_ends_on_its_side_of_the_threshold() -> None:
     assert fails > 20 and passes > 20
     # The replay is the sequence itself: the same candidates are ruled out.
     assert np.array_equal(cs.excluded(cs.grid), cs._excluded)
+
+
+def test_early_verdicts_are_written_with_bounds_on_their_side() -> None:
+    """Early FAILs and PASSes at a minimum of 0.6: the failure reason's sequence lies below
+    0.6 as written (the upper end of a FAIL is never written 0.600), the note's at or above
+    it for a PASS; as are the JUnit properties."""
+    import re
+
+    from pytest_modal_eval.report.junit import _bounds
+    from pytest_modal_eval.runs.early_stop import describe, failure_reasons
+
+    rng = np.random.default_rng(5)
+    decided = {True: 0, False: 0}
+    for run in range(120):
+        values = (rng.random(200) < (0.5 if run % 2 else 0.7)).astype(float)
+        early = EarlyStop(list(range(200)), list(range(200)), {"avg_reward": 0.6}, 0.05)
+        for i in range(200):
+            early.finished(i, {"avg_reward": float(values[i])})
+            if early.decision is not None:
+                break
+        decision = early.decision
+        if decision is None or decision.after == 200:
+            continue
+        decided[decision.passed] += 1
+        text = describe(decision, decision.after)
+        if not decision.passed:
+            text = failure_reasons(decision, {"avg_reward": 0.6})[0]
+        low, high = map(float, re.findall(r"\[(\d\.\d+), (\d\.\d+)\]", text)[0])
+        (_, junit_low), (_, junit_high) = _bounds("q", *decision.intervals["avg_reward"], 0.6)
+        if decision.passed:
+            assert low >= 0.6 and junit_low >= 0.6, text
+        else:
+            assert high < 0.6 and junit_high < 0.6, text
+    assert min(decided.values()) >= 30, decided

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -819,3 +820,46 @@ def test_regressed_never_goes_with_an_interval_that_holds_zero() -> None:
     cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
     assert cmp.p_value == pytest.approx(0.0461, abs=1e-4) and cmp.regressed
     assert cmp.diff_ci_high < 0
+
+
+# --- intervals as written ---------------------------------------------------------------------
+
+_ENDS = re.compile(r"\[([-+]?\d+\.\d+), ([-+]?\d+\.\d+)\]")
+
+
+def test_written_bounds_are_outward_and_on_the_side_of_their_verdict() -> None:
+    """Paired t comparisons against max_drop 0.05 whose interval ends near the margin: the
+    line the gate and ``compare`` print, and the JUnit properties, never put an end on the
+    other side of the margin than the verdict says (a regression whose interval ends at
+    -0.05024 is written -0.0502, not -0.050), and every written interval holds the one
+    computed."""
+    from pytest_modal_eval.report.junit import _bounds
+    from pytest_modal_eval.stats.format import describe_comparison, fmt_interval
+
+    rng = np.random.default_rng(35)
+    near = wrong = 0
+    for _ in range(3000):
+        n = int(rng.integers(20, 60))
+        base = rng.random(n)
+        run = np.clip(base - 0.09 + rng.normal(0, 0.12, n), 0, 1)
+        ids = [str(i) for i in range(n)]
+        c = compare_paired(
+            dict(zip(ids, base.tolist(), strict=True)),
+            dict(zip(ids, run.tolist(), strict=True)),
+            baseline_binary_single=False,
+            run_binary_single=False,
+            max_drop=0.05,
+        )
+        near += abs(c.diff_ci_high + 0.05) < 5e-4
+        low, high = map(float, _ENDS.findall(describe_comparison(c)[0])[0])
+        (_, junit_low), (_, junit_high) = _bounds("d", c.diff_ci_low, c.diff_ci_high, -0.05)
+        for shown_high in (high, junit_high):
+            wrong += (shown_high < -0.05) != c.regressed
+        assert low <= c.diff_ci_low and high >= c.diff_ci_high
+        assert junit_low <= c.diff_ci_low and junit_high >= c.diff_ci_high
+    assert near >= 20 and wrong == 0, (near, wrong)
+    # Rounded outward, more decimals only where the side needs them.
+    assert fmt_interval(0.30612, 0.59998, threshold=0.6) == "[0.306, 0.59998]"
+    assert fmt_interval(0.6, 0.93, threshold=0.6) == "[0.600, 0.930]"
+    assert fmt_interval(0.1234, 0.5678) == "[0.123, 0.568]"
+    assert fmt_interval(-0.0003, None, signed=True) == "[-0.001, n/a]"
