@@ -442,6 +442,11 @@ def test_a_declared_reward_range_decides_on_the_rewards_scale(project: Benchmark
     assert early["decided_after"] < 0.15 * N
     low, high = early["intervals"]["avg_reward"]
     assert 10 <= low < 50 < high <= 100  # on the rewards' scale, not [0, 1]
+    # The reported interval lies within the declared range too: every reward at one end of
+    # it, pass/fail, Wilson's interval.
+    metadata = _metadata(project)
+    assert metadata["ci_method"] == "wilson", metadata
+    assert 0 <= metadata["ci"][0] < metadata["avg_reward"] < metadata["ci"][1] <= 100
 
 
 def test_a_reward_outside_the_range_takes_back_a_decision_and_the_run_goes_on(

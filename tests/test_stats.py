@@ -26,6 +26,7 @@ from pytest_modal_eval.stats.summary import (
     compare_paired,
     natural_key,
     summarize,
+    summarize_within,
 )
 
 Rng = np.random.Generator
@@ -204,6 +205,20 @@ def test_summarize_bounds_declare_the_range_the_interval_lies_within() -> None:
         summarize(data, bounds=(1.0, 0.0))
     with pytest.raises(ValueError, match="outside bounds"):
         summarize(data, bounds=(0.0, 1.0))
+
+
+def test_summarize_within_a_declared_range() -> None:
+    """Payoffs in a declared [-2, 2]: the betting interval within it; every reward at one
+    end of it: pass/fail; a reward outside it: the range it does not hold is not used."""
+    ids = np.arange(30)
+    payoffs = ExampleRewards(ids, np.linspace(-1.5, 1.8, 60).reshape(30, 2))
+    s = summarize_within(payoffs, [-2.0, 2.0])
+    assert s.interval == "betting" and s.reward_range == (-2.0, 2.0)
+    assert -2.0 <= s.ci_low < s.mean < s.ci_high <= 2.0
+    assert summarize_within(payoffs, None).interval == "t-clipped"
+    ends = ExampleRewards(ids, np.where(ids % 3, 2.0, -2.0)[:, None])
+    assert summarize_within(ends, (-2.0, 2.0)).interval == "wilson"
+    assert summarize_within(payoffs, (-1.0, 1.0)).interval == "t-clipped"
 
 
 def test_summarize_rejects_bad_confidence() -> None:

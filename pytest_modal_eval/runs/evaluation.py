@@ -339,8 +339,12 @@ class BenchmarkRun:
 
         # The figure metadata.json records (time_ms, to 0.1 ms), so every place that shows it
         # rounds the same number.
-        outcome = summarise(run_dir, run_id, state, round(recorded.eval_s * 1000, 1) / 1000)
-        outcome.seat_plan, outcome.seats = self.seat_plan, seat_outcomes(state, self.seat_plan)
+        reward_range = config.gate.reward_range
+        outcome = summarise(
+            run_dir, run_id, state, round(recorded.eval_s * 1000, 1) / 1000, reward_range
+        )
+        outcome.seat_plan = self.seat_plan
+        outcome.seats = seat_outcomes(state, self.seat_plan, reward_range)
         outcome.pass_at_k = outcome_pass_at_k(outcome, config)
         outcome.resumed_examples = finished_before
         outcome.reused_answers = journal.replayed
