@@ -235,6 +235,12 @@ def bounded_grid(datasets: int, seed: int, processes: int) -> None:
             )
 
 
+def _kappa(text: str) -> float | str | None:
+    if text == "alike":
+        return None
+    return text if text == TWO_POINT else float(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -250,6 +256,14 @@ def main() -> None:
     parser.add_argument(
         "--processes", type=int, default=2, help="worker processes for --bounded (default 2)"
     )
+    parser.add_argument(
+        "--ns", default=",".join(map(str, NS)), help=f"pass/fail grid: n (default {NS})"
+    )
+    parser.add_argument(
+        "--spreads",
+        default=",".join("alike" if k is None else str(k) for k in KAPPAS),
+        help="pass/fail grid: how examples differ, alike, k or two-point (default all)",
+    )
     args = parser.parse_args()
     if args.bounded:
         bounded_grid(args.datasets or BOUNDED_DATASETS, args.seed, args.processes)
@@ -258,7 +272,9 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()
     results: dict[Cell, Coverage] = {}
-    for n, r, rate, kappa in itertools.product(NS, ROLLOUTS, RATES, KAPPAS):
+    ns = tuple(int(n) for n in args.ns.split(","))
+    kappas = tuple(_kappa(k) for k in args.spreads.split(","))
+    for n, r, rate, kappa in itertools.product(ns, ROLLOUTS, RATES, kappas):
         cell = Cell(n, r, rate, kappa)
         if r == 1 and kappa is not None:
             continue  # one pass/fail rollout is Bernoulli(mu) however examples differ
@@ -276,8 +292,10 @@ def main() -> None:
     elapsed = time.perf_counter() - started
     print(f"\n{len(results)} cells x {args.datasets} datasets in {elapsed:.1f} s")
     print("\ncoverage, smallest-largest, by (n, r):")
-    for n, r in itertools.product(NS, ROLLOUTS):
+    for n, r in itertools.product(ns, ROLLOUTS):
         row = [v for c, v in results.items() if c.n == n and c.rollouts == r]
+        if not row:
+            continue
         low, high = min(v.covered for v in row), max(v.covered for v in row)
         line = f"  n={n:<4d} r={r:<3d} {low:.3f}-{high:.3f}"
         if args.reference:
