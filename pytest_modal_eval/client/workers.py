@@ -56,13 +56,16 @@ class Intake:
 
     def may_send(self, example_id: int | None) -> bool:
         """Whether a request of ``example_id`` may go out now; the first one marks it sent.
-        Requests of no example (None) and of examples already sending always may."""
-        if example_id is None or example_id not in self._unsent:
+        Once the intake is closed only examples that have sent already may: not one it
+        dropped, nor a request of no known example (a v1 agent's request whose rollout was
+        dropped: its trace is no longer mapped to an example)."""
+        if example_id is not None and example_id in self._unanswered:
             return True
         if self.closed:
             return False
-        del self._unsent[example_id]
-        self._unanswered.add(example_id)
+        if example_id is not None:
+            self._unsent.pop(example_id, None)
+            self._unanswered.add(example_id)
         return True
 
     def finished(self, example_id: int) -> None:
