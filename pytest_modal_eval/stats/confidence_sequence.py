@@ -19,7 +19,8 @@ The bets are aGRAPA (:func:`~pytest_modal_eval.stats.capital.agrapa`), each cand
 from the running mean and variance of the values seen (without replacement, the running mean
 turned into the mean of the values not yet seen as a candidate is: the paper's choice); near
 the Kelly bet, they decide a threshold near the mean far sooner than the plug-in bets the
-paper uses for a CS of even width over time (benchmarks/early_stop.py prints both). The CS is
+paper uses for a CS of even width over time (benchmarks/early_stop.py prints the stops beside
+an independent implementation of the paper's hedged sequence with aGRAPA bets). The CS is
 also intersected with the bounds every population of [0, 1] values consistent with the values
 seen must satisfy, and with its own earlier intervals.
 
