@@ -844,10 +844,11 @@ _ENDS = re.compile(r"\[([-+]?\d+\.\d+), ([-+]?\d+\.\d+)\]")
 
 def test_written_bounds_are_outward_and_on_the_side_of_their_verdict() -> None:
     """Paired t comparisons against max_drop 0.05 whose interval ends near the margin: the
-    line the gate and ``compare`` print, and the JUnit properties, never put an end on the
-    other side of the margin than the verdict says (a regression whose interval ends at
-    -0.05024 is written -0.0502, not -0.050), and every written interval holds the one
-    computed."""
+    line the gate and ``compare`` print, the JUnit properties and the report's comparison
+    cell never put an end on the other side of the margin than the verdict says (a regression
+    whose interval ends at -0.05024 is written -0.0502, not -0.050), and every written
+    interval holds the one computed."""
+    from pytest_modal_eval.report.html import _diff_interval
     from pytest_modal_eval.report.junit import _bounds
     from pytest_modal_eval.stats.format import describe_comparison, fmt_interval
 
@@ -868,7 +869,11 @@ def test_written_bounds_are_outward_and_on_the_side_of_their_verdict() -> None:
         near += abs(c.diff_ci_high + 0.05) < 5e-4
         low, high = map(float, _ENDS.findall(describe_comparison(c)[0])[0])
         (_, junit_low), (_, junit_high) = _bounds("d", c.diff_ci_low, c.diff_ci_high, -0.05)
-        for shown_high in (high, junit_high):
+        # The report's comparison cell, from the figures metadata.json records.
+        figures = c.to_dict()
+        cell = _diff_interval(figures["diff_ci_low"], figures["diff_ci_high"], figures["max_drop"])
+        report_high = float(_ENDS.findall(cell)[0][1])
+        for shown_high in (high, junit_high, report_high):
             wrong += (shown_high < -0.05) != c.regressed
         assert low <= c.diff_ci_low and high >= c.diff_ci_high
         assert junit_low <= c.diff_ci_low and junit_high >= c.diff_ci_high
