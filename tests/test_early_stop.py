@@ -301,6 +301,28 @@ def test_a_run_stopped_early_starts_no_local_server_again(local: LocalRuns) -> N
     again.stdout.fnmatch_lines(["*stopped early with the gate decided*no server was started*"])
 
 
+def test_a_run_stopped_early_with_errored_examples_starts_no_local_server_again(
+    local: LocalRuns,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The examples that errored are replayed from the checkpoint as errors before anything
+    is served: the gate is decided again without a server."""
+    local.project.add("big", n=100, gate="gate: {min_avg_reward: 0.6, early_stop: true, "
+                      "max_error_rate: 0.6}")  # fmt: skip
+    monkeypatch.setenv("FAKE_VLLM_SETTINGS", json.dumps({"fail_rate": 0.3}))
+    no_retries = ("--override", "eval.max_retries=0")
+    local.run(*FEW_IN_FLIGHT, *no_retries).assert_outcomes(passed=1)
+    outputs = local.project.pytester.path / "outputs" / "evals"
+    (metadata,) = outputs.glob("big--local--*/*/metadata.json")
+    first = json.loads(metadata.read_text())
+    assert first["early_stop"]["decided"] and first["errors"], first
+    assert len(local.started()) == 1
+    again = local.run(*FEW_IN_FLIGHT, *no_retries)
+    again.assert_outcomes(passed=1)
+    assert len(local.started()) == 1
+    again.stdout.fnmatch_lines(["*stopped early with the gate decided*no server was started*"])
+
+
 def test_under_xdist_the_reference_comparison_is_taken_up_once_the_reference_finishes(
     project: BenchmarkProject,
 ) -> None:
