@@ -23,8 +23,8 @@ the examples) so a simulation can check the coverage of exactly the code that re
   number of independent rollouts, n * r divided by the design effect measured from the spread
   of the example means, with a t quantile whose degrees of freedom come from a jackknife of
   that design effect. Not reported for a run's mean: for judge-like scores near 0 or 1 it
-  covers as little as 47% of the time (docs/trust.md). The live progress line's :func:`running_wilson`
-  uses its design effect, and the benchmarks print it as a comparison.
+  covers as little as 47% of the time (docs/trust.md). The live progress line's
+  :func:`running_wilson` uses its design effect, and the benchmarks print it as a comparison.
 - :func:`clipped_t` for rewards of unknown range: a t interval around the mean of example
   means, clipped to the smallest and largest reward observed.
 
