@@ -38,7 +38,9 @@ NO_MKDOCS_2_WARNING=1 "${UV[@]}" run --locked mkdocs build --strict --site-dir "
 # The lock installs verifiers 0.3 (classic API); the plugin also supports 0.4 (v1 API only).
 # Run the tests that go through the verifiers adapter again with 0.4 layered over the locked
 # environment (uv resolves --with on its own; uv.lock is not changed). See docs/verifiers.md.
-# Every tests/test_verifiers_*.py file is in this pass (the v1 ones skip under 0.3).
+# Every tests/test_verifiers_*.py file is in this pass (the v1 ones skip under 0.3), and the
+# early-stop test of what is sent after the verdict (v1 agents reach the client by trace).
 "${UV[@]}" run --locked --with verifiers==0.4.0 pytest -m "not vllm" \
     tests/test_verifiers_*.py \
-    tests/test_file_qa.py tests/test_core.py tests/test_resume.py "$@"
+    tests/test_file_qa.py tests/test_core.py tests/test_resume.py \
+    tests/test_early_stop.py::test_nothing_is_sent_after_the_verdict "$@"

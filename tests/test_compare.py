@@ -14,7 +14,7 @@ import pytest
 from scipy import special
 
 from pytest_modal_eval.stats import power
-from pytest_modal_eval.stats.format import describe_detectable
+from pytest_modal_eval.stats.format import describe_detectable, fmt_interval
 from pytest_modal_eval.stats.pass_k import default_ks, pass_at_k, per_example
 from pytest_modal_eval.stats.summary import compare_paired
 from tests.conftest import BenchmarkProject, arithmetic_rows
@@ -112,7 +112,7 @@ def test_metadata_records_the_comparison_the_summary_prints(project: BenchmarkPr
     assert (
         f"reference {c['reference_mean']:.3f} -> this model {c['run_mean']:.3f} over "
         f"{c['n_shared']} shared examples: diff {c['diff']:+.3f} (90% CI "
-        f"[{c['diff_ci_low']:.3f}, {c['diff_ci_high']:.3f}]), one-sided p = "
+        f"{fmt_interval(c['diff_ci_low'], c['diff_ci_high'], threshold=0.0)}), one-sided p = "
         f"{c['p_value']:.4f} ({c['test']}; alpha 0.05, max_drop 0); a drop under "
         f"{c['detectable_drop']:.3f} is not detectable at {N} examples"
     ) in line
@@ -544,9 +544,9 @@ def test_xdist_challenger_goes_on_when_the_reference_crashes_its_worker(
 #: 100 examples on which the challenger (salt "b23", right 90% of the time) goes solved ->
 #: missed on 10 and missed -> solved on 3 against the reference (right 95%): exact one-sided
 #: p = 0.046, regressed at alpha 0.05. The 95% two-sided interval holds 0 ([-0.150, +0.001]);
-#: the 90% one, whose upper end is the one-sided bound, is [-0.135, -0.001].
+#: the 90% one, whose upper end is the one-sided bound, is [-0.136, -0.001] (rounded outward).
 BORDERLINE_N, BORDERLINE_REFERENCE, BORDERLINE_CHALLENGER, BORDERLINE_SALT = 100, 0.95, 0.9, "b23"
-BORDERLINE_CI = "90% CI [-0.135, -0.001]"
+BORDERLINE_CI = "90% CI [-0.136, -0.001]"
 
 
 def _borderline(project: BenchmarkProject, gate: str) -> None:
@@ -585,7 +585,7 @@ def test_a_regression_vs_the_reference_comes_with_an_interval_below_zero_everywh
     assert (c["diff_ci_level"], c["regressed"]) == (0.9, True)
     assert c["diff_ci_high"] < 0.0 and c["p_value"] == pytest.approx(0.0461, abs=1e-4)
     report = _report(project)
-    assert "[-0.135, -0.001] (90%)" in report and "(95%)" not in report
+    assert "[-0.136, -0.001] (90%)" in report and "(95%)" not in report
     (run_a,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
     status, out = _compare(str(run_a), str(run_b))
     assert status == 1 and BORDERLINE_CI in out and "FAIL: significant drop" in out, out
@@ -612,7 +612,7 @@ def test_a_regression_vs_the_baseline_comes_with_an_interval_below_zero_everywhe
     reasons = json.loads((newest / "metadata.json").read_text())["gate_reasons"]
     assert any(BORDERLINE_CI in r for r in reasons), reasons
     report = _report(project)
-    assert "[-0.135, -0.001] (90%)" in report and "(95%)" not in report
+    assert "[-0.136, -0.001] (90%)" in report and "(95%)" not in report
 
 
 def test_the_report_gives_each_comparison_its_own_level(project: BenchmarkProject) -> None:

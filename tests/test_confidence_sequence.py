@@ -207,3 +207,102 @@ def test_a_reference_that_leaves_no_results_is_not_waited_for() -> None:
             break
     assert early.decision is not None and early.decision.passed and early.decision.paired == ()
     assert early.decision.after < n
+
+
+def _stops(kind: str, n: int, mean: float, runs: int, seed: int) -> tuple[list[int], np.ndarray]:
+    """Examples the gate's sequences took at their decision in ``runs`` shuffled benchmarks,
+    and the values in the order each was taken."""
+    rng = np.random.default_rng(seed)
+    taken, seen = [], np.empty((runs, n))
+    for row in range(runs):
+        if kind == "binary":
+            values = (rng.random(n) < mean).astype(float)
+        else:  # judge-like: most examples near 0.9 or near 0.05
+            values = np.where(rng.random(n) < (mean - 0.05) / 0.85, 0.9, 0.05)
+            values += rng.uniform(-0.04, 0.04, n)
+        order = [int(p) for p in rng.permutation(n)]
+        seen[row] = values[order]
+        early = EarlyStop(order, list(range(n)), {"avg_reward": 0.6}, 0.05)
+        for position in order:
+            early.finished(position, {"avg_reward": float(values[position])})
+            if early.decided:
+                break
+        taken.append(early.taken)
+    return taken, seen
+
+
+@pytest.mark.parametrize(("kind", "distance"), [("binary", -0.05), ("judge", 0.1)])
+def test_stops_no_later_than_hedged_betting_with_agrapa_bets(kind: str, distance: float) -> None:
+    """Median and 90th percentile of the examples taken before the decision, on the same
+    shuffles, against Waudby-Smith & Ramdas' hedged capital with aGRAPA bets (written apart,
+    tests/support/hedged_betting.py) with and without replacement; the full grid is
+    benchmarks/early_stop.py."""
+    from tests.support.hedged_betting import stopping_times
+
+    taken, seen = _stops(kind, 400, 0.6 + distance, 24, seed=int(100 * distance) + len(kind))
+    mine = np.median(taken), np.quantile(taken, 0.9)
+    for without_replacement in (True, False):
+        theirs, _ = stopping_times(seen, 0.6, 0.1, without_replacement=without_replacement)
+        reference = np.median(theirs), np.quantile(theirs, 0.9)
+        assert mine[0] <= reference[0] and mine[1] <= reference[1], (without_replacement, mine)
+
+
+def test_a_decided_sequence_reports_ends_on_its_side_of_the_threshold() -> None:
+    """A FAIL rules out the threshold and every candidate above it, so the upper end reported
+    lies strictly below it (a grid point at the threshold is not an end); a PASS's lower end
+    is at or above it. The ends lie within the grid's outward bounds and are the points where
+    the replayed capitals cross the barrier."""
+    rng = np.random.default_rng(12)
+    fails = passes = 0
+    for _ in range(40):
+        for mean in (0.5, 0.7):
+            cs = BettingCS(0.1, 300, [0.6])
+            for value in (rng.random(300) < mean).astype(float):
+                cs.update(float(value))
+                if cs.below(0.6) or cs.above(0.6):
+                    break
+            low, high = cs.bounds()
+            assert cs.lower <= low <= high <= cs.upper
+            if cs.below(0.6) and cs.n < 300:
+                fails += 1
+                assert high < 0.6 and cs.excluded([high])[0] and not cs.excluded([low + 1e-6])[0]
+            elif cs.above(0.6) and cs.n < 300:
+                passes += 1
+                assert low >= 0.6 and cs.excluded([low])[0]
+    assert fails > 20 and passes > 20
+    # The replay is the sequence itself: the same candidates are ruled out.
+    assert np.array_equal(cs.excluded(cs.grid), cs._excluded)
+
+
+def test_early_verdicts_are_written_with_bounds_on_their_side() -> None:
+    """Early FAILs and PASSes at a minimum of 0.6: the failure reason's sequence lies below
+    0.6 as written (the upper end of a FAIL is never written 0.600), the note's at or above
+    it for a PASS; as are the JUnit properties."""
+    import re
+
+    from pytest_modal_eval.report.junit import _bounds
+    from pytest_modal_eval.runs.early_stop import describe, failure_reasons
+
+    rng = np.random.default_rng(5)
+    decided = {True: 0, False: 0}
+    for run in range(120):
+        values = (rng.random(200) < (0.5 if run % 2 else 0.7)).astype(float)
+        early = EarlyStop(list(range(200)), list(range(200)), {"avg_reward": 0.6}, 0.05)
+        for i in range(200):
+            early.finished(i, {"avg_reward": float(values[i])})
+            if early.decision is not None:
+                break
+        decision = early.decision
+        if decision is None or decision.after == 200:
+            continue
+        decided[decision.passed] += 1
+        text = describe(decision, decision.after)
+        if not decision.passed:
+            text = failure_reasons(decision, {"avg_reward": 0.6})[0]
+        low, high = map(float, re.findall(r"\[(\d\.\d+), (\d\.\d+)\]", text)[0])
+        (_, junit_low), (_, junit_high) = _bounds("q", *decision.intervals["avg_reward"], 0.6)
+        if decision.passed:
+            assert low >= 0.6 and junit_low >= 0.6, text
+        else:
+            assert high < 0.6 and junit_high < 0.6, text
+    assert min(decided.values()) >= 30, decided

@@ -65,6 +65,26 @@ def test_far_above_passes_after_a_small_share_and_says_so(project: BenchmarkProj
     assert early["summary"] in report
 
 
+@pytest.mark.parametrize("concurrency", [(), FEW_IN_FLIGHT])
+def test_nothing_is_sent_after_the_verdict(
+    project: BenchmarkProject, concurrency: tuple[str, ...]
+) -> None:
+    """A clear PASS on 1,000 questions: the server receives exactly the examples the verdict
+    was decided on plus those in flight then (sent and not yet recorded, or recorded and
+    waiting for their turn), each of which holds one of the max_concurrent * (1 + prefetch)
+    workers; examples a worker had set up without sending (eval.prefetch) are dropped, and
+    every request sent is recorded."""
+    project.add("big", n=N, gate=GATE)
+    _run(project, 0.95, *concurrency).assert_outcomes(passed=1)
+    metadata = _metadata(project)
+    early = metadata["early_stop"]
+    assert isinstance(early, dict) and early["decided"], early
+    requests = project.server.stats()["chat_requests"]
+    assert requests == early["decided_after"] + early["in_flight"] + early["answered_ahead"]
+    assert early["in_flight"] < (8 if concurrency else 64) * 2  # eval.prefetch 1
+    assert requests == early["evaluated"] + metadata["errors"]
+
+
 def test_far_below_fails_as_early_with_the_deciding_interval(project: BenchmarkProject) -> None:
     project.add("big", n=N, gate="gate: {min_avg_reward: 0.6}")
     result = _run(project, 0.25, "--early-stop")  # the switch, for a YAML without early_stop
@@ -244,12 +264,60 @@ def test_a_run_stopped_early_is_decided_again_without_the_endpoint(
     assert early["decided_after"] == first["decided_after"] and early["verdict"] == "pass"
 
 
+def test_a_run_stopped_early_with_errored_examples_sends_nothing_again(
+    project: BenchmarkProject,
+) -> None:
+    """Examples that errored before the verdict are replayed from the checkpoint as errors,
+    as the run took them: the sequences reach the same decision and nothing is sent (were they
+    skipped, every example after the first of them would wait for it to be evaluated again)."""
+    gate = "gate: {min_avg_reward: 0.6, early_stop: true, max_error_rate: 0.6}"
+    project.add("big", n=N, gate=gate)
+    project.server.configure(fail_rate=0.3)
+    no_retries = ("--override", "eval.max_retries=0")
+    _run(project, 0.95, *FEW_IN_FLIGHT, *no_retries).assert_outcomes(passed=1)
+    first = _metadata(project)
+    early = first["early_stop"]
+    assert isinstance(early, dict) and early["decided"] and first["errors"], first
+    project.server.reset()
+    again = _run(project, 0.95, *FEW_IN_FLIGHT, *no_retries)
+    again.assert_outcomes(passed=1)
+    stats = project.server.stats()
+    assert stats.get("chat_requests", 0) == 0 and stats.get("models_requests", 0) == 1, stats
+    again.stdout.fnmatch_lines(
+        ["*stopped early with the gate decided (gate.early_stop): nothing to send*"]
+    )
+    redone = _metadata(project)["early_stop"]
+    assert isinstance(redone, dict) and redone["decided_after"] == early["decided_after"]
+
+
 def test_a_run_stopped_early_starts_no_local_server_again(local: LocalRuns) -> None:  # noqa: F811
     local.project.add("big", n=100, gate=GATE)
     # The fake vLLM answers every example right.
     local.run(*FEW_IN_FLIGHT).assert_outcomes(passed=1)
     assert len(local.started()) == 1
     again = local.run(*FEW_IN_FLIGHT)
+    again.assert_outcomes(passed=1)
+    assert len(local.started()) == 1
+    again.stdout.fnmatch_lines(["*stopped early with the gate decided*no server was started*"])
+
+
+def test_a_run_stopped_early_with_errored_examples_starts_no_local_server_again(
+    local: LocalRuns,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The examples that errored are replayed from the checkpoint as errors before anything
+    is served: the gate is decided again without a server."""
+    local.project.add("big", n=100, gate="gate: {min_avg_reward: 0.6, early_stop: true, "
+                      "max_error_rate: 0.6}")  # fmt: skip
+    monkeypatch.setenv("FAKE_VLLM_SETTINGS", json.dumps({"fail_rate": 0.3}))
+    no_retries = ("--override", "eval.max_retries=0")
+    local.run(*FEW_IN_FLIGHT, *no_retries).assert_outcomes(passed=1)
+    outputs = local.project.pytester.path / "outputs" / "evals"
+    (metadata,) = outputs.glob("big--local--*/*/metadata.json")
+    first = json.loads(metadata.read_text())
+    assert first["early_stop"]["decided"] and first["errors"], first
+    assert len(local.started()) == 1
+    again = local.run(*FEW_IN_FLIGHT, *no_retries)
     again.assert_outcomes(passed=1)
     assert len(local.started()) == 1
     again.stdout.fnmatch_lines(["*stopped early with the gate decided*no server was started*"])
@@ -396,6 +464,11 @@ def test_a_declared_reward_range_decides_on_the_rewards_scale(project: Benchmark
     assert early["decided_after"] < 0.15 * N
     low, high = early["intervals"]["avg_reward"]
     assert 10 <= low < 50 < high <= 100  # on the rewards' scale, not [0, 1]
+    # The reported interval lies within the declared range too: every reward at one end of
+    # it, pass/fail, Wilson's interval.
+    metadata = _metadata(project)
+    assert metadata["ci_method"] == "wilson", metadata
+    assert 0 <= metadata["ci"][0] < metadata["avg_reward"] < metadata["ci"][1] <= 100
 
 
 def test_a_reward_outside_the_range_takes_back_a_decision_and_the_run_goes_on(

@@ -28,6 +28,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from pytest_modal_eval.stats import intervals
 from pytest_modal_eval.stats.summary import summarize
+from tests.support import reward_draws
 
 RATES = (0.02, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.98)
 DATASETS = 2000
@@ -154,90 +155,50 @@ def test_beta_binomial_is_wilson_for_single_rollouts_and_reaches_the_ends() -> N
         intervals.beta_binomial_score(np.array([3]), 2)
 
 
-def test_continuous_bounded_rewards_cover_95_percent() -> None:
-    # Rewards on no lattice of checks: the clustered Wilson interval (partial credit counted
-    # as checks is the beta-binomial interval, checked below).
-    rng = np.random.default_rng(3)
-    misses = {}
-    for n, r, mu, kappa in _grid((30, 100), (1, 4), (None, 10.0)):
-        if min(mu, 1 - mu) < 0.05:
-            continue
-        mus = _true_rates(rng, mu, 2500)
-        rates = _example_rates(rng, mus, n, kappa)
-        # Each rollout's reward is a Beta(rate * 6, (1 - rate) * 6) draw.
-        a = np.repeat(rates[..., None] * 6, r, axis=-1)
-        means = rng.beta(a, np.repeat((1 - rates[..., None]) * 6, r, axis=-1)).mean(-1)
-        found = intervals.clustered_wilson(means, r)
-        coverage = float(np.mean((found.low <= mus[:, 0]) & (mus[:, 0] <= found.high)))
-        # Single continuous rewards piled up near 0 or 1 (Beta(0.3, 5.7)): docs/trust.md.
-        skewed_single = r == 1 and mu in (0.05, 0.95)
-        if not (0.90 if skewed_single else 0.93) <= coverage <= 0.97:
-            misses[(n, r, mu, kappa)] = coverage
-    assert not misses, misses
+#: Cells of the betting interval's grid: (n, what the rewards are, the true mean); the kinds
+#: of rewards are tests/support/reward_draws.py's.
+BETTING_CELLS = [
+    (n, kind, mu) for n in (20, 50) for kind in reward_draws.KINDS for mu in (0.02, 0.1, 0.5, 0.98)
+]
+#: Datasets per cell: a coverage near 95% is then +-1.4 points at two standard errors (near 99%,
+#: +-0.6); the figures over 20,000 datasets per cell are benchmarks/interval_coverage.py's.
+BETTING_DATASETS = 1000
 
 
-#: Partial credit where examples differ strongly and the mean is near 0 or 1: n examples, 4
-#: rollouts of 4 checks, each example's rate from Beta(mu k, (1 - mu) k).
-STRONGLY_DIFFERING = [
-    (n, mu, kappa) for n in (20, 50) for mu in (0.02, 0.05, 0.1, 0.9, 0.95, 0.98)
-    for kappa in (1.0, 3.0)
-]  # fmt: skip
+def test_rewards_other_than_0_1_cover_in_every_regime() -> None:
+    """The interval summarize reports for rewards other than 0/1 (the betting interval of the
+    example means, rescaled from a declared range) covers at least 94% in every cell: near 0
+    and 1, judge-like scores piled up at two values, examples that differ as much as they can,
+    partial credit, payoffs; n = 20 and 50."""
+    rng = np.random.default_rng(35)
+    low = {}
+    for n, kind, mu in BETTING_CELLS:
+        truth, means = reward_draws.bounded(rng, n, kind, mu, BETTING_DATASETS)
+        # As summarize does with a declared range: the interval on [0, 1], scaled back.
+        found = intervals.betting(reward_draws.on_unit_scale(kind, means))
+        low_end = reward_draws.from_unit_scale(kind, found.low)
+        covered = (low_end <= truth) & (truth <= reward_draws.from_unit_scale(kind, found.high))
+        if covered.mean() < 0.94:
+            low[(n, kind, mu)] = float(covered.mean())
+    assert not low, f"coverage below 94% in (n, rewards, mu) cells: {low}"
 
 
-def _checks_coverage(
-    cells: list[tuple[int, float, float | None]], datasets: int, seed: int
-) -> dict[tuple[int, float, float | None], list[float]]:
-    """(coverage of the interval summarize reports, of the clustered Wilson interval) per cell."""
-    rng = np.random.default_rng(seed)
-    found = {}
-    for n, mu, kappa in cells:
-        mus = _true_rates(rng, mu, datasets)
-        passes = rng.binomial(16, _example_rates(rng, mus, n, kappa))
-        covered = []
-        for interval in (
-            intervals.beta_binomial_score(passes, 16),
-            intervals.clustered_wilson(passes / 16, 4),
-        ):
-            covered.append(
-                float(np.mean((interval.low <= mus[:, 0]) & (mus[:, 0] <= interval.high)))
-            )
-        found[(n, mu, kappa)] = covered
-    return found
-
-
-def test_partial_credit_counted_as_checks_covers_where_examples_differ_strongly() -> None:
-    # 1,500 datasets per cell: one cell's coverage is +-1.1 points at two standard errors, so
-    # 93.5% (and 95% over the cells) is not reached by chance by an interval at 91-92% (the
-    # clustered Wilson one's).
-    found = _checks_coverage(STRONGLY_DIFFERING, 1500, 28)
-    low = {cell: round(c[0], 3) for cell, c in found.items() if not 0.935 <= c[0] <= 0.98}
-    assert not low, f"coverage outside 93.5-98% in (n, mu, k) cells: {low}"
-    assert np.mean([c[0] for c in found.values()]) >= 0.95
-    # The same datasets show the shortfall this interval is here for.
-    assert sum(c[1] < 0.93 for c in found.values()) >= 6, found
-
-
-def test_partial_credit_counted_as_checks_covers_elsewhere() -> None:
-    # Examples alike or differing mildly, n = 30: up to 98% where examples are alike near 0 or
-    # 1, as for pass/fail rollouts (docs/trust.md).
-    cells = [(30, mu, k) for mu in (0.1, 0.3, 0.5, 0.7, 0.9) for k in (None, 10.0)]
-    found = _checks_coverage(cells, 1500, 29)
-    off = {cell: round(c[0], 3) for cell, c in found.items() if not 0.93 <= c[0] <= 0.98}
-    assert not off, f"coverage outside 93-98% in (n, mu, k) cells: {off}"
-
-
-def test_summarize_counts_partial_credit_as_checks() -> None:
+def test_summarize_reports_the_betting_interval_for_rewards_other_than_0_1() -> None:
+    # Every example scores a little above zero (a judge's probability): the interval is not
+    # shrunk around the mean, and reaches about as far as 0/1 rewards that are all 0 allow.
+    near_zero = summarize({str(i): [0.001] * 4 for i in range(20)})
+    zero = summarize({str(i): [0.0] * 4 for i in range(20)})
+    assert near_zero.interval == "betting" and zero.interval == "beta-binomial-score"
+    assert near_zero.ci_low <= 0.001 and near_zero.ci_high >= 0.9 * zero.ci_high
     rng = np.random.default_rng(4)
     passes = rng.binomial(4, rng.beta(0.2, 1.8, size=(30, 1)), size=(30, 4))
     s = summarize({str(i): list(row / 4) for i, row in enumerate(passes)})
-    found = intervals.beta_binomial_score(passes.sum(1), 16)
-    assert s.interval == "beta-binomial-checks"
+    found = intervals.betting(passes.mean(1) / 4)
+    assert s.interval == "betting"
     assert (s.ci_low, s.ci_high) == pytest.approx((float(found.low), float(found.high)))
-    # Rewards on no lattice of up to 32 checks: the clustered Wilson interval.
-    jittered = summarize({str(i): list(row / 4 * 0.99 + 0.001) for i, row in enumerate(passes)})
-    assert jittered.interval == "clustered-wilson"
-    assert intervals.checks_of([0.0, 1 / 3, 2 / 3, 1.0]) == 3
-    assert intervals.checks_of([0.2, 0.7]) == 10 and intervals.checks_of([0.123]) is None
+    # The interval is a function of the example means alone, whatever their order.
+    shuffled = summarize({str(i): list(row / 4) for i, row in reversed(list(enumerate(passes)))})
+    assert (shuffled.ci_low, shuffled.ci_high) == (s.ci_low, s.ci_high)
 
 
 def test_unbounded_rewards_t_interval_covers_and_stays_within_observed_rewards() -> None:

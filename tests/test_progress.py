@@ -60,23 +60,25 @@ def test_line_figures() -> None:
         progress.add(_fields(f"{reward:.3f}", n, 8, elapsed=0.5 * n), now=0.5 * n)
     progress.add(_fields("error", 5, 8, elapsed=2.5), now=2.5)
     # 5 in 2.5 s: 2 ex/s, 3 left: 0:02; mean 0.75 of 4 examples: Wilson's 95% interval for
-    # 3 of 4, (0.75 + a/2 ± sqrt(a 0.75 0.25 + a^2/4)) / (1 + a) with a = 1.96^2 / 4
+    # 3 of 4, (0.75 + a/2 ± sqrt(a 0.75 0.25 + a^2/4)) / (1 + a) with a = 1.96^2 / 4, its
+    # ends (0.3006, 0.9544) rounded outward
     assert progress.line(2.5) == (
-        "gsm8k  5/8 (62%)  2.0 ex/s  ETA 0:02  mean 0.750 [0.301, 0.954]  errors 1"
+        "gsm8k  5/8 (62%)  2.0 ex/s  ETA 0:02  mean 0.750 [0.300, 0.955]  errors 1"
     )
 
 
 def test_early_intervals_stay_within_the_rewards_range() -> None:
     """Two examples, 1 and 0: mean 0.5 and a normal half-width of 0.980, which would reach
     from -0.48 to 1.48; the line shows Wilson's interval for 1 of 2 instead, within [0, 1].
-    Examples that all agree are not certainty: 1 of 1 solved shows Wilson's [0.207, 1]."""
+    Examples that all agree are not certainty: 1 of 1 solved shows Wilson's [0.2065, 1],
+    rounded outward."""
     progress = BenchmarkProgress("early")
     progress.add(_fields("1.000", 1, 10), now=0.0)
-    assert "mean 1.000 [0.207, 1.000]" in progress.line(0.0)
+    assert "mean 1.000 [0.206, 1.000]" in progress.line(0.0)
     progress.add(_fields("0.000", 2, 10), now=1.0)
     line = progress.line(1.0)
     assert "± 0.980" not in line
-    assert "mean 0.500 ± 0.405" in line
+    assert "mean 0.500 ± 0.406" in line  # half-widths of 0.4055, rounded up
     for n in range(3, 41):
         progress.add(_fields(f"{n % 2:.3f}", n, 40), now=float(n))
     assert re.search(r"mean 0\.\d+ ± 0\.1\d\d", progress.line(40.0)), progress.line(40.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from pytest_modal_eval.stats.summary import (
     compare_paired,
     natural_key,
     summarize,
+    summarize_within,
 )
 
 Rng = np.random.Generator
@@ -97,7 +99,7 @@ def test_summarize_random_matches_cluster_robust_ols(seed: int) -> None:
         assert s.interval == "wilson"
         assert (s.ci_low, s.ci_high) == pytest.approx(expected)
     else:
-        assert s.interval == ("beta-binomial-score" if seed % 2 else "clustered-wilson")
+        assert s.interval == ("beta-binomial-score" if seed % 2 else "betting")
         assert 0.0 <= s.ci_low <= s.mean <= s.ci_high <= 1.0
     assert (s.n_examples, s.n_rollouts, s.rollouts_per_example) == (n, n * r, r)
 
@@ -138,19 +140,15 @@ def test_clustered_stderr_tracks_true_sampling_error_and_iid_understates_it() ->
     assert np.mean(iid) < 0.6 * true_sd
 
 
-# Rewards on no lattice of up to 32 checks (0.3 would be 3 of 10: counted as checks).
 @pytest.mark.parametrize(("reward", "n", "r"), [(0.3037, 40, 2), (0.999, 5, 1), (0.5013, 200, 4)])
 def test_partial_credit_examples_that_agree_never_give_a_zero_width_interval(
     reward: float, n: int, r: int
 ) -> None:
     s = summarize({str(i): [reward] * r for i in range(n)})
-    assert s.interval == "clustered-wilson"
+    assert s.interval == "betting"
     assert 0.0 <= s.ci_low < reward < s.ci_high <= 1.0
-    # Counted as n * r / w independent pass/fail rollouts, w = z^2 / (n + z^2) (docs/trust.md).
-    z2 = 1.959963984540054**2
-    effective = n * r * (n + z2) / z2
-    expected = proportion_confint(reward * effective, effective, alpha=0.05, method="wilson")
-    assert (s.ci_low, s.ci_high) == pytest.approx(expected, rel=1e-9)
+    # n examples that agree cannot rule out that examples not drawn score anywhere in [0, 1].
+    assert s.ci_high - s.ci_low > 0.02
     # An example that differs by a hair changes the interval by about as much.
     nudged = summarize({str(i): [reward] * r for i in range(n - 1)} | {"x": [reward - 1e-4] * r})
     assert (nudged.ci_low, nudged.ci_high) == pytest.approx((s.ci_low, s.ci_high), abs=2e-3)
@@ -190,17 +188,16 @@ def test_summarize_single_example_has_undefined_spread_as_json_null() -> None:
 def test_summarize_all_equal_rewards_has_zero_stderr_but_not_a_zero_width_interval() -> None:
     s = summarize({str(i): [0.7, 0.7] for i in range(10)})
     assert s.stderr == 0.0
-    assert 0.5 < s.ci_low < 0.7 < s.ci_high < 0.9
+    assert 0.4 < s.ci_low < 0.7 < s.ci_high < 0.9
     assert s.stderr == pytest.approx(sps.sem(np.full(10, 0.7)))
 
 
 def test_summarize_bounds_declare_the_range_the_interval_lies_within() -> None:
-    # Rewards on no lattice of checks (4.0 and 5.0 would be 4 and 5 of 5 checks).
     data = {str(i): [4.1, 5.0] for i in range(19)} | {"19": [0.0, 0.0]}
     assert summarize(data).interval == "t-clipped"
     declared = summarize(data, bounds=(0.0, 5.0))
     rescaled = summarize({k: [x / 5 for x in v] for k, v in data.items()})
-    assert declared.interval == "clustered-wilson" and declared.reward_range == (0.0, 5.0)
+    assert declared.interval == "betting" and declared.reward_range == (0.0, 5.0)
     assert (declared.ci_low, declared.ci_high) == pytest.approx(
         (5 * rescaled.ci_low, 5 * rescaled.ci_high)
     )
@@ -208,6 +205,20 @@ def test_summarize_bounds_declare_the_range_the_interval_lies_within() -> None:
         summarize(data, bounds=(1.0, 0.0))
     with pytest.raises(ValueError, match="outside bounds"):
         summarize(data, bounds=(0.0, 1.0))
+
+
+def test_summarize_within_a_declared_range() -> None:
+    """Payoffs in a declared [-2, 2]: the betting interval within it; every reward at one
+    end of it: pass/fail; a reward outside it: the range it does not hold is not used."""
+    ids = np.arange(30)
+    payoffs = ExampleRewards(ids, np.linspace(-1.5, 1.8, 60).reshape(30, 2))
+    s = summarize_within(payoffs, [-2.0, 2.0])
+    assert s.interval == "betting" and s.reward_range == (-2.0, 2.0)
+    assert -2.0 <= s.ci_low < s.mean < s.ci_high <= 2.0
+    assert summarize_within(payoffs, None).interval == "t-clipped"
+    ends = ExampleRewards(ids, np.where(ids % 3, 2.0, -2.0)[:, None])
+    assert summarize_within(ends, (-2.0, 2.0)).interval == "wilson"
+    assert summarize_within(payoffs, (-1.0, 1.0)).interval == "t-clipped"
 
 
 def test_summarize_rejects_bad_confidence() -> None:
@@ -824,3 +835,51 @@ def test_regressed_never_goes_with_an_interval_that_holds_zero() -> None:
     cmp = compare_paired(base, run, baseline_binary_single=True, run_binary_single=True)
     assert cmp.p_value == pytest.approx(0.0461, abs=1e-4) and cmp.regressed
     assert cmp.diff_ci_high < 0
+
+
+# --- intervals as written ---------------------------------------------------------------------
+
+_ENDS = re.compile(r"\[([-+]?\d+\.\d+), ([-+]?\d+\.\d+)\]")
+
+
+def test_written_bounds_are_outward_and_on_the_side_of_their_verdict() -> None:
+    """Paired t comparisons against max_drop 0.05 whose interval ends near the margin: the
+    line the gate and ``compare`` print, the JUnit properties and the report's comparison
+    cell never put an end on the other side of the margin than the verdict says (a regression
+    whose interval ends at -0.05024 is written -0.0502, not -0.050), and every written
+    interval holds the one computed."""
+    from pytest_modal_eval.report.html import _diff_interval
+    from pytest_modal_eval.report.junit import _bounds
+    from pytest_modal_eval.stats.format import describe_comparison, fmt_interval
+
+    rng = np.random.default_rng(35)
+    near = wrong = 0
+    for _ in range(3000):
+        n = int(rng.integers(20, 60))
+        base = rng.random(n)
+        run = np.clip(base - 0.09 + rng.normal(0, 0.12, n), 0, 1)
+        ids = [str(i) for i in range(n)]
+        c = compare_paired(
+            dict(zip(ids, base.tolist(), strict=True)),
+            dict(zip(ids, run.tolist(), strict=True)),
+            baseline_binary_single=False,
+            run_binary_single=False,
+            max_drop=0.05,
+        )
+        near += abs(c.diff_ci_high + 0.05) < 5e-4
+        low, high = map(float, _ENDS.findall(describe_comparison(c)[0])[0])
+        (_, junit_low), (_, junit_high) = _bounds("d", c.diff_ci_low, c.diff_ci_high, -0.05)
+        # The report's comparison cell, from the figures metadata.json records.
+        figures = c.to_dict()
+        cell = _diff_interval(figures["diff_ci_low"], figures["diff_ci_high"], figures["max_drop"])
+        report_high = float(_ENDS.findall(cell)[0][1])
+        for shown_high in (high, junit_high, report_high):
+            wrong += (shown_high < -0.05) != c.regressed
+        assert low <= c.diff_ci_low and high >= c.diff_ci_high
+        assert junit_low <= c.diff_ci_low and junit_high >= c.diff_ci_high
+    assert near >= 20 and wrong == 0, (near, wrong)
+    # Rounded outward, more decimals only where the side needs them.
+    assert fmt_interval(0.30612, 0.59998, threshold=0.6) == "[0.306, 0.59998]"
+    assert fmt_interval(0.6, 0.93, threshold=0.6) == "[0.600, 0.930]"
+    assert fmt_interval(0.1234, 0.5678) == "[0.123, 0.568]"
+    assert fmt_interval(-0.0003, None, signed=True) == "[-0.001, n/a]"

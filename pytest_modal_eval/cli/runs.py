@@ -20,6 +20,7 @@ from pytest_modal_eval.cli.remote import RemoteRuns, volume_option
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.runs.locate import list_runs
 from pytest_modal_eval.runs.paths import RunListing
+from pytest_modal_eval.stats.format import fmt_interval
 
 
 def reward_text(run: RunListing) -> str:
@@ -39,7 +40,7 @@ def _reward_text(mean: float | None, stderr: float | None, ci: Any) -> str:
     if stderr is not None:
         text += f" ± {stderr:.3f}"
     if ci is not None and None not in ci:
-        text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+        text += f" {fmt_interval(ci[0], ci[1])}"
     return text
 
 

@@ -53,6 +53,7 @@ from pytest_modal_eval.exceptions import DirectClientError
 from pytest_modal_eval.serving.env_proxy import ProxyOptions, aiohttp_options, env_proxy
 
 if TYPE_CHECKING:
+    from pytest_modal_eval.client.workers import Intake
     from pytest_modal_eval.serving.modal.redirect_proxy import ModalProxy
 
 #: Seconds to open a connection (the SDK's and verifiers' default).
@@ -89,14 +90,17 @@ class DirectOpenAI:
         base_url: str | None = None,
         max_retries: int | None = None,
         headers: Mapping[str, str] | None = None,
+        intake: Intake | None = None,
     ) -> None:
         """``max_in_flight`` caps the requests waiting for an answer (default: the connections);
-        with a ``journal``, answers are recorded as they arrive and replayed after a resume.
+        with a ``journal``, answers are recorded as they arrive and replayed after a resume;
+        an ``intake`` is asked before each request is written whether its example may send.
 
         Without an SDK client (``sdk`` None: the bundled environments' own runner, which
         imports no SDK) ``base_url``, ``max_retries`` and ``headers`` say what the SDK would
         have held, and the proxy is the environment's (:func:`~.env_proxy.env_proxy`)."""
         self._sdk = sdk
+        self._intake = intake
         self._in_flight = asyncio.Semaphore(max_in_flight or max_connections)
         self._order = SendsFirst()
         self._journal = journal
@@ -193,17 +197,18 @@ class DirectOpenAI:
         self, path: str, url: str, headers: dict[str, str], data: bytes
     ) -> tuple[Any, bool]:
         """The answer to a request, and whether it was replayed from the journal."""
+        example = current_example.get()
         if self._journal is None:
-            return await self._send(url, headers, data), False
+            return await self._send(url, headers, data, example), False
         # The path, not the URL: a resumed run may reach the same server on another port.
-        example, key = current_example.get(), request_key(path, data)
+        key = request_key(path, data)
         stored = self._journal.replay(example, key)
         if stored is not None:  # answered before the run was interrupted: not sent again
             replayed = self._http.Response(
                 stored.status, headers=list(stored.raw_headers), content=stored.content
             )
             return replayed, True
-        return await self._send(url, headers, data, (example, key)), False
+        return await self._send(url, headers, data, example, (example, key)), False
 
     async def post_json(self, path: str, body: Any) -> Any:
         """``body`` posted to ``path`` (relative to the base URL), as verifiers' chat client
@@ -215,6 +220,7 @@ class DirectOpenAI:
         url: str,
         headers: dict[str, str],
         data: bytes,
+        example: int | None,
         journal_entry: tuple[int | None, str] | None = None,
     ) -> Any:
         session = self._session or self._open()
@@ -223,6 +229,10 @@ class DirectOpenAI:
             try:
                 queued = time.monotonic()
                 async with self._in_flight:
+                    if self._intake is not None and not self._intake.may_send(example):
+                        # The run needs no more examples and this one sent nothing: its
+                        # worker is being cancelled; end the request unsent.
+                        raise asyncio.CancelledError
                     if (waits := slot_waits.get()) is not None:
                         waits.append(time.monotonic() - queued)
                     with self._order.sending():
@@ -321,6 +331,7 @@ def open_direct_client(
     max_connections: int,
     max_in_flight: int | None = None,
     journal: AnswerJournal | None = None,
+    intake: Intake | None = None,
 ) -> DirectOpenAI:
     """An ``AsyncOpenAI`` for ``base_url`` (:func:`open_sdk_client`) and the
     :class:`DirectOpenAI` that sends its requests.
@@ -342,6 +353,7 @@ def open_direct_client(
         http=sdk_http(),
         max_in_flight=max_in_flight,
         journal=journal,
+        intake=intake,
     )
 
 
@@ -355,6 +367,7 @@ def open_plain_client(
     max_connections: int,
     max_in_flight: int | None = None,
     journal: AnswerJournal | None = None,
+    intake: Intake | None = None,
 ) -> DirectOpenAI:
     """A :class:`DirectOpenAI` with no SDK client behind it: the same sending, retries,
     in-flight cap, journal and errors (openai's exceptions, imported when one is raised), with
@@ -369,6 +382,7 @@ def open_plain_client(
         http=sdk_http(),
         max_in_flight=max_in_flight,
         journal=journal,
+        intake=intake,
         base_url=base_url,
         max_retries=max_retries,
         headers={

@@ -37,7 +37,7 @@ from pytest_modal_eval.client.direct_client import open_plain_client, slot_waits
 from pytest_modal_eval.client.installed_envs import installed_api
 from pytest_modal_eval.client.observe import current_rollout
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
-from pytest_modal_eval.client.workers import run_workers
+from pytest_modal_eval.client.workers import Intake, run_workers
 from pytest_modal_eval.envs.file_qa import (
     FileQAError,
     answers_match,
@@ -191,6 +191,7 @@ async def run_examples(
     journal: AnswerJournal | None = None,
     rollout_indexes: Callable[[int], Sequence[int]] | None = None,
     max_turns: int | None = None,
+    intake: Intake | None = None,
     shape: Shape | None = None,
 ) -> None:
     """See :meth:`pytest_modal_eval.client.verifiers_adapter.VerifiersAPI.run_examples`;
@@ -206,6 +207,7 @@ async def run_examples(
         max_connections=max(64, max_concurrent_requests * 2),
         max_in_flight=max_concurrent_requests,
         journal=journal,
+        intake=intake,
     )
     slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
     pending = iter(rows)
@@ -232,10 +234,14 @@ async def run_examples(
     async def worker() -> None:
         for row in pending:
             example_id = int(row["example_id"])
+            if intake is not None and not intake.take(example_id):
+                return
             current_example.set(example_id)  # the journal's key, for this task's requests
             indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
             outputs = await asyncio.gather(*(rollout(row, i) for i in list(indexes)[:rollouts]))
             on_example(example_id, list(outputs))
+            if intake is not None:
+                intake.finished(example_id)
             reason = should_stop()
             if reason is not None:
                 raise RunAborted(reason)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from array import array
 
     from pytest_modal_eval.client.answer_journal import AnswerJournal
+    from pytest_modal_eval.client.workers import Intake
     from pytest_modal_eval.serving.endpoint import Endpoint
 
 #: Environments shipped with the plugin, resolved without a separate installation
@@ -115,6 +116,7 @@ class VerifiersAPI(Protocol):
         journal: AnswerJournal | None = None,
         rollout_indexes: Callable[[int], Sequence[int]] | None = None,
         max_turns: int | None = None,
+        intake: Intake | None = None,
     ) -> None:
         """Run ``rollouts`` rollouts of each row, ``on_example(example_id, outputs)`` as each
         example finishes. Outputs are dicts in verifiers 0.3's rollout-output shape (see
@@ -123,7 +125,10 @@ class VerifiersAPI(Protocol):
         ``max_concurrent_requests`` requests wait for an answer at once; rollout ``r`` asks with
         ``seed + r``; with a ``journal``, answers are recorded and replayed after a resume.
         ``max_turns`` caps a v1 rollout's model turns (a rollout stopped there is errored);
-        the classic API's environments keep their own."""
+        the classic API's environments keep their own. An ``intake``
+        (:class:`~pytest_modal_eval.client.workers.Intake`) is told of each example taken and
+        recorded, and asked before each request: once it closes, no example starts and those
+        that sent nothing are dropped."""
 
 
 def implementation(env_id: str | None = None) -> VerifiersAPI:

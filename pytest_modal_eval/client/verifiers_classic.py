@@ -30,7 +30,7 @@ from pytest_modal_eval.client.rollout_seeds import (
     GroupRollouts,
     current_group,
 )
-from pytest_modal_eval.client.workers import run_workers
+from pytest_modal_eval.client.workers import Intake, run_workers
 from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
 from pytest_modal_eval.serving.endpoint import Endpoint
 
@@ -221,6 +221,7 @@ async def run_examples(
     journal: AnswerJournal | None = None,
     rollout_indexes: Callable[[int], Sequence[int]] | None = None,
     max_turns: int | None = None,
+    intake: Intake | None = None,
 ) -> None:
     """Run ``rollouts`` rollouts of each row; call ``on_example`` as each example finishes.
 
@@ -237,7 +238,8 @@ async def run_examples(
     an example samples with ``seed + r`` (see :mod:`pytest_modal_eval.client.rollout_seeds`); which
     ``r`` an example still needs is ``rollout_indexes(example_id)``, else ``range(rollouts)``.
     ``max_turns`` is not used: a classic environment's turns are its own (``MultiTurnEnv``'s
-    ``max_turns``).
+    ``max_turns``). With an ``intake``, examples it drops are not run and no example starts
+    once it is closed (:class:`~pytest_modal_eval.client.workers.Intake`).
     """
     client = chat_client(
         endpoint,
@@ -247,6 +249,7 @@ async def run_examples(
         max_in_flight=max_concurrent_requests,
         extra_headers=extra_headers,
         journal=journal,
+        intake=intake,
     )
     slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
     pending = iter(rows)
@@ -256,6 +259,8 @@ async def run_examples(
         # finishing an example costs O(1), not a scan of everything in flight.
         for row in pending:
             example_id = int(row["example_id"])
+            if intake is not None and not intake.take(example_id):
+                return
             # Read by the client in this task and the rollout tasks verifiers starts from it.
             current_example.set(example_id)  # the journal's key
             indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
@@ -268,6 +273,8 @@ async def run_examples(
                 state_columns=[ROLLOUT_COLUMN, SLOT_WAIT_COLUMN],
             )
             on_example(example_id, [dict(output) for output in outputs])
+            if intake is not None:
+                intake.finished(example_id)
             reason = should_stop()
             if reason is not None:
                 raise RunAborted(reason)
@@ -287,6 +294,7 @@ def chat_client(
     extra_headers: dict[str, str] | None = None,
     max_in_flight: int | None = None,
     journal: AnswerJournal | None = None,
+    intake: Intake | None = None,
 ) -> Any:
     """verifiers' chat-completions client, its requests sent by :class:`DirectOpenAI`.
 
@@ -318,6 +326,7 @@ def chat_client(
             max_connections=max_connections,
             max_in_flight=max_in_flight,
             journal=journal,
+            intake=intake,
         )
     )
 

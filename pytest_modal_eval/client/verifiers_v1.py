@@ -65,7 +65,7 @@ from pytest_modal_eval.client.verifiers_v1_tools import (
     shared_tools,
     tool_servers_import_like_this_process,
 )
-from pytest_modal_eval.client.workers import run_workers
+from pytest_modal_eval.client.workers import Intake, run_workers
 from pytest_modal_eval.exceptions import RunAborted
 from pytest_modal_eval.serving.endpoint import Endpoint
 
@@ -99,6 +99,7 @@ async def run_examples(
     journal: AnswerJournal | None = None,
     rollout_indexes: Callable[[int], Sequence[int]] | None = None,
     max_turns: int | None = None,
+    intake: Intake | None = None,
 ) -> None:
     """See :meth:`pytest_modal_eval.client.verifiers_adapter.VerifiersAPI.run_examples`."""
     api_key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
@@ -111,6 +112,7 @@ async def run_examples(
         max_connections=max(64, max_concurrent_requests * 2),
         max_in_flight=max_concurrent_requests,
         journal=journal,
+        intake=intake,
     )
     client = PluginClient(direct)
     opened: list[DirectOpenAI] = []
@@ -126,6 +128,7 @@ async def run_examples(
             max_connections=max(64, max_concurrent_requests * 2),
             max_in_flight=max_concurrent_requests,
             journal=journal,
+            intake=intake,
         )
         opened.append(seat_direct)
         return PluginClient(seat_direct, client.rollouts)
@@ -193,11 +196,15 @@ async def run_examples(
             async def worker() -> None:
                 for row in pending:
                     example_id = int(row["example_id"])
+                    if intake is not None and not intake.take(example_id):
+                        return
                     task = env.tasks[example_id]
                     indexes = rollout_indexes(example_id) if rollout_indexes else range(rollouts)
                     group = [Rollout(example_id, i, []) for i in list(indexes)[:rollouts]]
                     episodes = await asyncio.gather(*(run_one(example_id, task, r) for r in group))
                     on_example(example_id, [output for seats in episodes for output in seats])
+                    if intake is not None:
+                        intake.finished(example_id)
                     reason = should_stop()
                     if reason is not None:
                         raise RunAborted(reason)

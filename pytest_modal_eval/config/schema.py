@@ -314,8 +314,9 @@ class GateConfig(BaseModel):
         None,
         min_length=2,
         max_length=2,
-        description="with early_stop: [lowest, highest] reward a rollout can get; null = [0, 1] "
-        "(the confidence sequences need the bounds before the first example)",
+        description="[lowest, highest] reward a rollout can get: early stop's confidence "
+        "sequences need it before the first example (null = [0, 1]), and the reported "
+        "interval lies within it (null: [0, 1] when every reward does, else the rewards seen)",
     )
     vs_reference: VsReferenceConfig | None = Field(
         None, description="with several --model: fail a model significantly worse than the first"

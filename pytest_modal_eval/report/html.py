@@ -25,7 +25,7 @@ from pytest_modal_eval.report.page import (
     read_run,
 )
 from pytest_modal_eval.runs.store import replaced_atomically
-from pytest_modal_eval.stats.format import fmt_any
+from pytest_modal_eval.stats.format import fmt_any, fmt_interval
 
 # -- rendering -------------------------------------------------------------------------------
 
@@ -71,6 +71,8 @@ def render(
         bytecode_cache=jinja2.FileSystemBytecodeCache(),
     )
     env.filters["fmt"] = fmt_any
+    env.filters["interval"] = fmt_interval
+    env.filters["diff_interval"] = _diff_interval
     env.filters["duration"] = _duration
     env.filters["json_value"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
     assets = resources.files("pytest_modal_eval.report") / "templates"
@@ -116,3 +118,13 @@ def write_report(
     with replaced_atomically(path, "then write the report again") as out:
         out.write(text)
     return benchmarks
+
+
+def _diff_interval(low: Any, high: Any, max_drop: Any) -> str:
+    """A comparison's interval of the difference, rounded outward and kept on its side of
+    ``-max_drop`` (the margin its verdict is about)."""
+    try:
+        threshold = -float(max_drop) if max_drop is not None else 0.0
+    except (TypeError, ValueError):
+        threshold = 0.0
+    return fmt_interval(low, high, threshold=threshold)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from pytest_modal_eval.stats.format import outward_values
+
 if TYPE_CHECKING:
     import pytest
 
@@ -42,8 +44,7 @@ def record_properties(
         ("model", model),
         ("avg_reward", _num(s.mean) if s else UNDEFINED),
         ("stderr", _num(s.stderr) if s else UNDEFINED),
-        ("ci_low", _num(s.ci_low) if s else UNDEFINED),
-        ("ci_high", _num(s.ci_high) if s else UNDEFINED),
+        *_bounds("ci", s.ci_low if s else None, s.ci_high if s else None),
         ("ci_level", s.confidence if s else UNDEFINED),
         ("n_examples", outcome.n_selected),
         ("rollouts", outcome.rollouts),
@@ -67,9 +68,14 @@ def record_properties(
         props += [
             ("baseline_mean", _num(comparison.baseline_mean)),
             ("baseline_diff", _num(comparison.diff)),
-            ("baseline_diff_ci_low", _num(comparison.diff_ci_low)),
-            ("baseline_diff_ci_high", _num(comparison.diff_ci_high)),
+            *_bounds(
+                "baseline_diff_ci",
+                comparison.diff_ci_low,
+                comparison.diff_ci_high,
+                -comparison.max_drop,
+            ),
             ("baseline_diff_ci_level", comparison.confidence),
+            ("baseline_max_drop", comparison.max_drop),
             ("baseline_p_value", _num(comparison.p_value)),
             ("baseline_test", comparison.test),
             ("baseline_shared_examples", comparison.n_shared),
@@ -86,10 +92,7 @@ def record_properties(
             ("early_stop_level", early.level),
         ]
         for name, (low, high) in early.intervals.items():
-            props += [
-                (f"early_stop_{name}_low", _num(low)),
-                (f"early_stop_{name}_high", _num(high)),
-            ]
+            props += _bounds(f"early_stop_{name}", low, high, early.thresholds.get(name))
     for p in outcome.pass_at_k:
         props += [(p.name, _num(p.mean)), (f"{p.name}_stderr", _num(p.stderr))]
     if reference is not None:
@@ -98,8 +101,7 @@ def record_properties(
             ("reference_model", reference.model),
             ("reference_mean", _num(c.baseline_mean)),
             ("reference_diff", _num(c.diff)),
-            ("reference_diff_ci_low", _num(c.diff_ci_low)),
-            ("reference_diff_ci_high", _num(c.diff_ci_high)),
+            *_bounds("reference_diff_ci", c.diff_ci_low, c.diff_ci_high, -c.max_drop),
             ("reference_diff_ci_level", c.confidence),
             ("reference_p_value", _num(c.p_value)),
             ("reference_test", c.test),
@@ -131,11 +133,12 @@ def seat_properties(outcome: RunOutcome, threshold: float | None) -> list[tuple[
     props: list[tuple[str, Any]] = [("seat", plan.headline), ("seats", ",".join(outcome.seats))]
     for seat, figures in outcome.seats.items():
         s = figures.summary
+        (_, low), (_, high) = _bounds("ci", s.ci_low if s else None, s.ci_high if s else None)
         values = (
             _num(s.mean) if s else UNDEFINED,
             _num(s.stderr) if s else UNDEFINED,
-            _num(s.ci_low) if s else UNDEFINED,
-            _num(s.ci_high) if s else UNDEFINED,
+            low,
+            high,
             threshold if threshold is not None and seat in gated else "none",
         )
         props += [
@@ -177,3 +180,15 @@ def example_statuses(outcome: RunOutcome) -> list[tuple[str, int | str]]:
 
 def _num(value: float) -> float | str:
     return round(value, 6) if math.isfinite(value) else UNDEFINED
+
+
+def _bounds(
+    name: str, low: float | None, high: float | None, threshold: float | None = None
+) -> list[tuple[str, float | str]]:
+    """``NAME_low`` and ``NAME_high``, rounded outward to 6 decimals and, with a
+    ``threshold``, kept on its side (:func:`~pytest_modal_eval.stats.format.outward`)."""
+    ends = outward_values(low, high, threshold=threshold)
+    return [
+        (f"{name}_{side}", UNDEFINED if end is None else end)
+        for side, end in zip(("low", "high"), ends, strict=True)
+    ]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval import phases
-from pytest_modal_eval.stats.format import fmt
+from pytest_modal_eval.stats.format import fmt, fmt_interval, outward
 
 if TYPE_CHECKING:
     import pytest
@@ -187,12 +187,14 @@ class BenchmarkProgress:
             if self.mean - half < self.low or self.high < self.mean + half:
                 # Cut to the rewards seen: its ends, so that it never reads as a half-width.
                 low, high = max(self.mean - half, self.low), min(self.mean + half, self.high)
-                return f" [{low:.3f}, {high:.3f}]"
+                return f" {fmt_interval(low, high)}"
             low, high = self.mean - half, self.mean + half
         else:
             return ""
-        above, below = f"{high - self.mean:.3f}", f"{self.mean - low:.3f}"
-        return f" ± {above}" if above == below else f" [{low:.3f}, {high:.3f}]"
+        # Half-widths rounded up, as an interval's ends are rounded outward.
+        _, above = outward(None, high - self.mean)
+        _, below = outward(None, self.mean - low)
+        return f" ± {above}" if above == below else f" {fmt_interval(low, high)}"
 
 
 def _clock(seconds: float) -> str:

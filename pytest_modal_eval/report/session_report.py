@@ -106,6 +106,7 @@ def figures(props: dict[str, Any]) -> SessionFigures:
             "diff_ci_low": props.get("baseline_diff_ci_low"),
             "diff_ci_high": props.get("baseline_diff_ci_high"),
             "confidence": props.get("baseline_diff_ci_level"),
+            "max_drop": props.get("baseline_max_drop"),
             "p_value": props.get("baseline_p_value"),
             "solved_to_missed": _ids(props.get("solved_to_missed")),
             "missed_to_solved": _ids(props.get("missed_to_solved")),

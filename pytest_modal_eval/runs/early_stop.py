@@ -54,12 +54,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pytest_modal_eval.stats.confidence_sequence import BettingCS, paired_difference
+from pytest_modal_eval.stats.format import fmt_interval
 
 if TYPE_CHECKING:
     from pytest_modal_eval.config.schema import GateConfig
@@ -149,6 +150,9 @@ class Decision:
     level: float  # two-sided coverage of each minimum's sequence
     failed: tuple[str, ...] = ()  # the minimums whose sequences lie entirely below them
     paired: tuple[PairedDecision, ...] = ()  # the paired comparisons, each decided
+    # quantity -> what its interval is decided against: its minimum, or a comparison's
+    # -max_drop (on the rewards' scale); the side each end is written on (stats.format).
+    thresholds: dict[str, float] = field(default_factory=dict)
 
     def regressed(self, name: str) -> bool | None:
         """Whether comparison ``name`` was decided as a regression (None: not decided here)."""
@@ -252,7 +256,9 @@ class EarlyStop:
     def finished(self, example_id: int, values: Mapping[str, float] | None) -> None:
         """One example is done: its per-example values by quantity (None: it errored)."""
         turn = self._turn_of.get(example_id)
-        if turn is None or self.off is not None:
+        # An example taken already (an error replayed from the checkpoint, evaluated again
+        # now) keeps the place it had: the sequence is a function of the values in order.
+        if turn is None or turn < self._next or self.off is not None:
             return
         if self.pending:
             self._poll()
@@ -265,7 +271,7 @@ class EarlyStop:
         key = str(example_id)
         if values is None:
             for cs in self.sequences.values():
-                cs.population = (cs.population or 1) - 1
+                cs.leave()
             return
         differences = {}
         for p in self.paired:
@@ -350,16 +356,19 @@ class EarlyStop:
                 return None  # this comparison is still open
             level = self.paired_levels[p.name]
             low, high = cs.difference_bounds()
-            bounds = (low * self._width, high * self._width)
+            bounds = _on_its_side(low * self._width, high * self._width, -p.max_drop, regressed)
             paired.append(
                 PairedDecision(p.name, p.label, p.field, p.max_drop, regressed, bounds, level)
             )
         failed = [*below, *(p.name for p in paired if p.regressed)]
-        intervals = {
-            n: (self._unscale(n, cs.lower), self._unscale(n, cs.upper))
-            for n, cs in self.sequences.items()
-        }
+        intervals: dict[str, tuple[float, float]] = {}
+        for name, cs in self.sequences.items():
+            low, high = (self._unscale(name, end) for end in cs.bounds())
+            if name in below or cs.above(self._scaled[name]):
+                low, high = _on_its_side(low, high, self.thresholds[name], name in below)
+            intervals[name] = (low, high)
         intervals.update({p.name: p.interval for p in paired})
+        thresholds = {**self.thresholds, **{p.name: -p.max_drop for p in paired}}
         return Decision(
             not failed,
             self.taken,
@@ -369,15 +378,35 @@ class EarlyStop:
             self.level,
             tuple(below),
             tuple(paired),
+            thresholds,
         )
 
     @property
     def decided(self) -> bool:
         return self.decision is not None
 
+    @property
+    def ahead(self) -> int:
+        """Examples finished ahead of their turn, waiting for the examples before them."""
+        return len(self._waiting)
 
-def record(decision: Decision | None, off: str | None, evaluated: int) -> dict[str, Any]:
-    """What ``metadata.json`` says of early stopping."""
+
+def _on_its_side(low: float, high: float, threshold: float, below: bool) -> tuple[float, float]:
+    """A decided interval's ends kept on the side of ``threshold`` the sequence decided (the
+    lower end at or above it, or the upper end below it) through the rounding of rescaling
+    them onto the rewards' scale."""
+    if below:
+        return low, min(high, math.nextafter(threshold, -math.inf))
+    return max(low, threshold), high
+
+
+def record(
+    decision: Decision | None, off: str | None, evaluated: int, in_flight: tuple[int, int] = (0, 0)
+) -> dict[str, Any]:
+    """What ``metadata.json`` says of early stopping. ``in_flight``: the examples sent but not
+    yet taken by the sequences when the gate was decided, as (requests awaiting an answer,
+    answers waiting for their turn); nothing is sent after the decision, so a run sends at
+    most ``decided_after`` plus these."""
     if decision is None:
         return {"decided": False, "reason": off or "the gate was not decided before the end"}
     return {
@@ -386,6 +415,8 @@ def record(decision: Decision | None, off: str | None, evaluated: int) -> dict[s
         "decided_after": decision.after,
         "total_examples": decision.total,
         "evaluated": evaluated,
+        "in_flight": in_flight[0],
+        "answered_ahead": in_flight[1],
         "deciding": decision.deciding,
         "intervals": {n: list(bounds) for n, bounds in decision.intervals.items()},
         "level": decision.level,
@@ -431,12 +462,14 @@ def describe(decision: Decision, evaluated: int) -> str:
     parts = []
     for name, (low, high) in decision.intervals.items():
         p = paired.get(name)
+        threshold = decision.thresholds.get(name)
         if p is None:
-            parts.append(f"{name} in [{low:.3f}, {high:.3f}]")
+            parts.append(f"{name} in {fmt_interval(low, high, threshold=threshold)}")
         else:
             found = "regressed" if p.regressed else "no regression"
             level = "" if p.level == decision.level else f" at {p.level:.1%}"
-            parts.append(f"difference from {p.label} in [{low:+.3f}, {high:+.3f}]{level}: {found}")
+            shown = fmt_interval(low, high, threshold=threshold, signed=True)
+            parts.append(f"difference from {p.label} in {shown}{level}: {found}")
     return (
         f"{decision.describe()}: {'PASS' if decision.passed else 'FAIL'} decided by "
         f"{decision.level:.1%} confidence sequences ({'; '.join(parts)}); the figures are over "
@@ -449,18 +482,19 @@ def failure_reasons(decision: Decision, thresholds: Mapping[str, float]) -> list
     reasons = []
     for name in decision.failed:
         low, high = decision.intervals[name]
-        field = "gate.min_avg_reward" if name == REWARD else f"gate.min_metrics.{name}"
+        field_name = "gate.min_avg_reward" if name == REWARD else f"gate.min_metrics.{name}"
         what = "mean reward" if name == REWARD else f"metric {name}"
+        shown = fmt_interval(low, high, threshold=thresholds[name])
         reasons.append(
-            f"{what} is below {field} {thresholds[name]:g}: its {decision.level:.1%} confidence "
-            f"sequence [{low:.3f}, {high:.3f}] lies entirely below it, {decision.describe()}"
+            f"{what} is below {field_name} {thresholds[name]:g}: its {decision.level:.1%} "
+            f"confidence sequence {shown} lies entirely below it, {decision.describe()}"
         )
     for p in decision.paired:
         if p.regressed:
-            low, high = p.interval
+            shown = fmt_interval(*p.interval, threshold=-p.max_drop, signed=True)
             reasons.append(
                 f"significant drop from {p.label}: the {p.level:.1%} confidence sequence of the "
-                f"mean difference [{low:+.3f}, {high:+.3f}] lies entirely below -{p.field} "
+                f"mean difference {shown} lies entirely below -{p.field} "
                 f"{p.max_drop:g}, {decision.describe()}"
             )
     return reasons

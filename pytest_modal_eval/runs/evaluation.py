@@ -16,6 +16,7 @@ from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.client.answer_journal import AnswerJournal
 from pytest_modal_eval.client.observe import observing
 from pytest_modal_eval.client.rollout_seeds import SLOT_WAIT_COLUMN, match_seat_rollouts
+from pytest_modal_eval.client.workers import Intake
 from pytest_modal_eval.runs import heap
 from pytest_modal_eval.runs.answer_key import canonical_hash, comparable_fields, fingerprint_rows
 from pytest_modal_eval.runs.early_stop import (
@@ -115,10 +116,18 @@ class BenchmarkRun:
         early, _ = self._early_stop(canonical_hash(fields), fields)
         if early is None:
             return False
+        self._replay(early, state)
+        return early.decided
+
+    def _replay(self, early: EarlyStop, state: RunState) -> None:
+        """Feed the sequences what the run's checkpoint holds, as the run fed them: each
+        finished example's values, and each errored one as an error (it left the population
+        when it errored; skipped, it would hold back every example after it in the order)."""
         for example_id in self.selected_ids:
             if state.finished(example_id):
                 early.finished(example_id, self._values(early, state, example_id))
-        return early.decided
+            elif state.error(example_id) is not None:
+                early.finished(example_id, None)
 
     def close(self) -> None:
         """Give up the run's lock: the item is done with the run (or failed before its run)."""
@@ -161,12 +170,12 @@ class BenchmarkRun:
         done = 0
         reward_sum = 0.0
         counted = 0
+        if early is not None:
+            self._replay(early, state)
         for example_id in selected_ids:
             if state.finished(example_id):
                 done += 1
                 rewards = state.rewards(example_id)
-                if early is not None:
-                    early.finished(example_id, self._values(early, state, example_id))
                 reward_sum += sum(rewards) / rollouts
                 counted += 1
                 on_example(
@@ -243,6 +252,7 @@ class BenchmarkRun:
         next_progress = done + progress_step
 
         handled: set[int] = set()  # the examples this session evaluated
+        answered_ahead: list[int] = []  # answers waiting for their turn when it was decided
 
         def handle(example_id: int, outputs: list[dict[str, Any]]) -> None:
             nonlocal done, reward_sum, counted, consecutive_errors, next_progress
@@ -286,7 +296,10 @@ class BenchmarkRun:
                 consecutive_errors += 1
             if early is not None:
                 values = None if error is not None else self._values(early, state, example_id)
+                decided = early.decided
                 early.finished(example_id, values)
+                if early.decided and not decided:
+                    answered_ahead.append(early.ahead)
             if checkpoint.write_meta(meta):  # at most once a second
                 heap.release_free_memory()
             on_example(
@@ -322,6 +335,8 @@ class BenchmarkRun:
         def keep_sending() -> bool:
             return early is None or not early.decided
 
+        # Once the gate is decided, the intake drops the examples that sent nothing.
+        intake = Intake(keep_sending)
         checkpoint.open()
         try:
             if any(still_missing) and keep_sending():
@@ -336,7 +351,7 @@ class BenchmarkRun:
                     run_grouped(
                         run_dir, self.env, rows, still_missing, request, info, self.sampling,
                         handle, should_stop, journal, state.missing,
-                        order=early_order, keep_sending=keep_sending,
+                        order=early_order, intake=intake,
                     )  # fmt: skip
                     if early is not None and early.undone is not None and not should_stop():
                         # A decision taken back once sending had stopped: send the rest.
@@ -364,8 +379,12 @@ class BenchmarkRun:
 
         # The figure metadata.json records (time_ms, to 0.1 ms), so every place that shows it
         # rounds the same number.
-        outcome = summarise(run_dir, run_id, state, round(recorded.eval_s * 1000, 1) / 1000)
-        outcome.seat_plan, outcome.seats = self.seat_plan, seat_outcomes(state, self.seat_plan)
+        reward_range = config.gate.reward_range
+        outcome = summarise(
+            run_dir, run_id, state, round(recorded.eval_s * 1000, 1) / 1000, reward_range
+        )
+        outcome.seat_plan = self.seat_plan
+        outcome.seats = seat_outcomes(state, self.seat_plan, reward_range)
         outcome.pass_at_k = outcome_pass_at_k(outcome, config)
         outcome.resumed_examples = finished_before
         outcome.reused_answers = journal.replayed
@@ -389,7 +408,10 @@ class BenchmarkRun:
             if early is not None and early.decided and outcome.early_decision is None:
                 reason = f"decided after {early.taken:,} examples, when none was left to send"
             outcome.early_stop = early_stop_record(
-                outcome.early_decision, reason, outcome.summary.n_examples if outcome.summary else 0
+                outcome.early_decision,
+                reason,
+                outcome.summary.n_examples if outcome.summary else 0,
+                in_flight=(intake.unanswered_at_close, sum(answered_ahead)),
             )
         # A baseline is compared across models, so its key leaves out who answered.
         outcome.baseline_hash = canonical_hash(comparable_fields(fields))

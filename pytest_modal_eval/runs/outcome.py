@@ -3,6 +3,7 @@ and its summary, and where Ctrl-C left it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,14 +99,22 @@ class Interrupted:
     run_dir: Path
 
 
-def summarise(run_dir: Path, run_id: str, state: RunState, eval_s: float) -> RunOutcome:
+def summarise(
+    run_dir: Path,
+    run_id: str,
+    state: RunState,
+    eval_s: float,
+    reward_range: Sequence[float] | None = None,
+) -> RunOutcome:
+    """The run's outcome from its state; its interval within ``reward_range`` (the declared
+    ``gate.reward_range``) when every reward lies in it."""
     end = state.summary()
     return RunOutcome(
         run_dir=run_dir,
         run_id=run_id,
         n_selected=len(state.example_ids),
         rollouts=state.rollouts,
-        summary=stats.summarize(end.rewards) if len(end.rewards) else None,
+        summary=stats.summarize_within(end.rewards, reward_range) if len(end.rewards) else None,
         errored=end.errored,
         truncated_rollouts=end.truncated_rollouts,
         metric_means=end.metric_means,

@@ -13,6 +13,7 @@ from typing import Any
 from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.client.answer_journal import AnswerJournal
 from pytest_modal_eval.client.observe import EvalObserver
+from pytest_modal_eval.client.workers import Intake
 from pytest_modal_eval.runs.interrupt import run_interruptibly
 from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.runs.request import RunRequest
@@ -71,10 +72,12 @@ def run_grouped(
     rollout_indexes: Callable[[int], Sequence[int]],
     *,
     order: Sequence[int] | None = None,
-    keep_sending: Callable[[], bool] = lambda: True,
+    intake: Intake | None = None,
 ) -> None:
     """Run the examples still missing rollouts, in dataset order or in ``order`` (positions);
-    once ``keep_sending`` says no, no further example starts and those started finish."""
+    once the ``intake`` closes (its ``keep_sending`` says no), no further example starts, those
+    that sent nothing are dropped, and those whose requests went out finish."""
+    intake = intake or Intake()
     config = request.benchmark.config
     log_route = None
     request_timeout = config.eval.request_timeout
@@ -95,15 +98,15 @@ def run_grouped(
         return "interrupted (Ctrl-C)" if interrupt.is_set() else should_stop()
 
     for group in sorted({m for m in still_missing if m}, reverse=True):
-        if not keep_sending():
+        if intake.closed:
             break
         batch: Iterable[dict[str, Any]]
         if order is None:
             batch = (row for row, m in zip(rows, still_missing, strict=True) if m == group)
         else:
-            batch = _in_order(rows, order, still_missing, group, keep_sending)
+            batch = _in_order(rows, order, still_missing, group)
         if request.observer is not None:
-            batch = _told(batch, request.observer, rollout_indexes, group)
+            batch = _told(batch, request.observer, rollout_indexes, group, intake)
         run_interruptibly(
             verifiers_adapter.run_examples(
                 env,
@@ -121,27 +124,21 @@ def run_grouped(
                 journal=journal,
                 rollout_indexes=rollout_indexes,
                 max_turns=config.eval.max_turns,
+                intake=intake,
             ),
             interrupt,
         )
 
 
 def _in_order(
-    rows: Any,
-    order: Sequence[int],
-    still_missing: Sequence[int],
-    group: int,
-    keep_sending: Callable[[], bool],
+    rows: Any, order: Sequence[int], still_missing: Sequence[int], group: int
 ) -> Iterator[dict[str, Any]]:
-    """The rows missing ``group`` rollouts, in ``order``, until ``keep_sending`` says no
-    (asked each time a worker is free to start the next example)."""
+    """The rows missing ``group`` rollouts, in ``order`` (the workers' intake decides when to
+    stop taking them)."""
     for position in order:
-        if still_missing[position] != group:
-            continue
-        if not keep_sending():
-            return
-        row: dict[str, Any] = rows[position]
-        yield row
+        if still_missing[position] == group:
+            row: dict[str, Any] = rows[position]
+            yield row
 
 
 def _told(
@@ -149,9 +146,13 @@ def _told(
     observer: EvalObserver,
     rollout_indexes: Callable[[int], Sequence[int]],
     group: int,
+    intake: Intake,
 ) -> Iterator[dict[str, Any]]:
-    """The rows, the observer told of each as the client takes it to start its rollouts."""
+    """The rows, the observer told of each as the client takes it to start its rollouts (none
+    once the intake is closed: an example it would refuse never shows as started)."""
     for row in rows:
+        if not intake.open():
+            return
         example_id = int(row["example_id"])
         observer.example_started(example_id, list(rollout_indexes(example_id))[:group])
         yield row

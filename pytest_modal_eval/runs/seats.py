@@ -11,6 +11,7 @@ its baseline and its early stop; the gate applies to it, or to every seat with
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,13 +79,16 @@ class SeatOutcome:
         return figures
 
 
-def seat_outcomes(state: RunState, plan: SeatPlan) -> dict[str, SeatOutcome]:
-    """Every seat's figures, in the environment's order (empty with one seat)."""
+def seat_outcomes(
+    state: RunState, plan: SeatPlan, reward_range: Sequence[float] | None = None
+) -> dict[str, SeatOutcome]:
+    """Every seat's figures, in the environment's order (empty with one seat); intervals
+    within ``reward_range`` as :func:`~pytest_modal_eval.stats.summary.summarize_within`."""
     outcomes = {}
     for seat in plan.seats:
         end = state.summary(seat)
         outcomes[seat] = SeatOutcome(
-            stats.summarize(end.rewards) if len(end.rewards) else None,
+            stats.summarize_within(end.rewards, reward_range) if len(end.rewards) else None,
             end.metric_means,
             end.truncated_rollouts,
             end.attempts,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -36,9 +37,65 @@ def fmt_any(value: Any, digits: int = 3) -> str:
         return "n/a"
 
 
-def fmt_interval(low: Any, high: Any, digits: int = 3) -> str:
-    """``[0.671, 0.753]``: an interval's ends as :func:`fmt_any` writes them."""
-    return f"[{fmt_any(low, digits)}, {fmt_any(high, digits)}]"
+#: The most decimals :func:`outward` writes to keep an end on its side of a threshold.
+MAX_DIGITS = 17
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _rounded(value: float, digits: int, *, up: bool) -> Decimal:
+    step = Decimal(1).scaleb(-digits)
+    shown = Decimal(repr(value)).quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    return shown.copy_abs() if shown == 0 else shown  # no "-0.000"
+
+
+def outward(
+    low: Any, high: Any, digits: int = 3, *, threshold: float | None = None
+) -> tuple[Decimal | None, Decimal | None]:
+    """An interval's ends as written for people: the lower rounded down and the upper rounded
+    up to ``digits`` decimals, so the interval written holds the one computed. With a
+    ``threshold`` (a gate's minimum, ``-max_drop`` of a comparison), an end rounded onto the
+    other side of it than the end computed (at or above, or below) gets more decimals until it
+    is back on its side: a sequence whose upper end 0.59998 lies below a minimum of 0.6 is
+    written ``0.59998``, not ``0.600``. None for an end that is missing or not finite."""
+    edge = None if threshold is None else Decimal(repr(float(threshold)))
+    ends: list[Decimal | None] = []
+    for value, up in ((_finite(low), False), (_finite(high), True)):
+        if value is None:
+            ends.append(None)
+            continue
+        places, shown = digits, _rounded(value, digits, up=up)
+        if edge is not None:
+            above = Decimal(repr(value)) >= edge
+            while (shown >= edge) != above and places < MAX_DIGITS:
+                places += 1
+                shown = _rounded(value, places, up=up)
+        ends.append(shown)
+    return ends[0], ends[1]
+
+
+def outward_values(
+    low: Any, high: Any, digits: int = 6, *, threshold: float | None = None
+) -> tuple[float | None, float | None]:
+    """:func:`outward` as numbers (JUnit properties)."""
+    found = outward(low, high, digits, threshold=threshold)
+    return tuple(None if end is None else float(end) for end in found)  # type: ignore[return-value]
+
+
+def fmt_interval(
+    low: Any, high: Any, digits: int = 3, *, threshold: float | None = None, signed: bool = False
+) -> str:
+    """``[0.671, 0.753]``: an interval's ends rounded outward (:func:`outward`), ``n/a`` for a
+    missing one; ``signed`` writes a difference's sign (``[-0.107, -0.051]``, ``[+0.012, ...``)."""
+    style = "+f" if signed else "f"
+    ends = outward(low, high, digits, threshold=threshold)
+    return "[" + ", ".join("n/a" if end is None else format(end, style) for end in ends) + "]"
 
 
 def describe_attempts(attempts: Any) -> str | None:
@@ -68,7 +125,7 @@ def describe_score(outcome: Scored) -> str:
         return "no example evaluated"
     return (
         f"{fmt(s.mean)} ± {fmt(s.stderr)} "
-        f"({ci_label(s.confidence)} [{fmt(s.ci_low)}, {fmt(s.ci_high)}], {s.interval})"
+        f"({ci_label(s.confidence)} {fmt_interval(s.ci_low, s.ci_high)}, {s.interval})"
     )
 
 
@@ -82,7 +139,7 @@ def describe_comparison(
     lines = [
         f"{before} {fmt(c.baseline_mean)} -> {after} {fmt(c.run_mean)} over {c.n_shared} shared "
         f"examples: diff {c.diff:+.3f} ({ci_label(c.confidence)} "
-        f"[{fmt(c.diff_ci_low)}, {fmt(c.diff_ci_high)}]), "
+        f"{fmt_interval(c.diff_ci_low, c.diff_ci_high, threshold=-c.max_drop)}), "
         f"one-sided p = {fmt(c.p_value, 4)} ({c.test}; alpha {c.alpha:g}, "
         f"max_drop {c.max_drop:g}{_against(c)}); {describe_detectable(c)}"
     ]

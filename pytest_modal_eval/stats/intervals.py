@@ -13,17 +13,18 @@ the examples) so a simulation can check the coverage of exactly the code that re
   therefore checked against the spread those examples would need to have at each candidate,
   not only the spread one sample happened to show. With one rollout per example rho drops out
   and this is Wilson's score interval of a proportion.
-- the same beta-binomial score interval for partial credit that counts checks: rewards that are
-  all multiples of 1 / c (:func:`checks_of`; c checks per rollout, each passed or failed, up
-  to :data:`MAX_CHECKS`) are c pass/fail trials per rollout, so an example of r rollouts has
-  r * c trials and its passes among them. The checks of one rollout may be correlated: the
-  spread rho is fitted over all of an example's trials, and absorbs it. Where examples differ
-  strongly and the mean is near 0 or 1 this covers what the clustered Wilson interval does not
-  (docs/trust.md: 0.91-0.92 there, at n = 20-50 with 4 rollouts of 4 checks).
-- :func:`clustered_wilson` for other rewards in [0, 1] that are not all 0 or 1: a
-  Wilson score interval whose sample size is the *effective* number of independent rollouts,
-  n * r divided by the design effect measured from the spread of the example means, with a t
-  quantile whose degrees of freedom come from a jackknife of that design effect.
+- :func:`betting` for other rewards in [0, 1] (or a declared range rescaled to it: partial
+  credit, a judge's scores, payoffs): the betting confidence interval of Waudby-Smith &
+  Ramdas over the example means, which covers whatever their distribution -- near 0 or 1,
+  judge scores piled up at two values, examples that differ as much as they can -- at the
+  price of about 1.4 times the width of an interval from the normal approximation where that
+  approximation holds.
+- :func:`clustered_wilson`: a Wilson score interval whose sample size is the *effective*
+  number of independent rollouts, n * r divided by the design effect measured from the spread
+  of the example means, with a t quantile whose degrees of freedom come from a jackknife of
+  that design effect. Not reported for a run's mean: for judge-like scores near 0 or 1 it
+  covers as little as 47% of the time (docs/trust.md). The live progress line's
+  :func:`running_wilson` uses its design effect, and the benchmarks print it as a comparison.
 - :func:`clipped_t` for rewards of unknown range: a t interval around the mean of example
   means, clipped to the smallest and largest reward observed.
 
@@ -33,11 +34,14 @@ benchmarks/interval_coverage.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 from scipy import special
+
+from pytest_modal_eval.stats import capital
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -46,11 +50,8 @@ IntArray = npt.NDArray[np.int64]
 METHOD_WILSON = "wilson"  # one pass/fail rollout per example: exactly Wilson's interval
 METHOD_BETA_BINOMIAL = "beta-binomial-score"
 METHOD_CLUSTERED_WILSON = "clustered-wilson"
-METHOD_CHECKS = "beta-binomial-checks"  # partial credit counted as pass/fail checks
+METHOD_BETTING = "betting"  # any other rewards within a known range
 
-#: The most checks per rollout :func:`checks_of` looks for: a finer lattice is taken for
-#: continuous rewards (the clustered Wilson interval), not for counted checks.
-MAX_CHECKS = 32
 METHOD_T = "t-clipped"
 
 #: Concentrations k of the beta distribution of example rates tried when fitting the spread:
@@ -62,6 +63,12 @@ _NEWTON_STEPS = 4
 _HALVINGS = 24
 #: Rates kept off 0 and 1 where logarithms of them are taken.
 _TINY = 1e-12
+#: The share of capital a bet of :func:`betting` may risk (the paper's truncation ``c``): near
+#: 0 or 1 it is what bounds the far side's bets, and a share near 1 narrows the interval there
+#: (n = 20, mean 0.02: width 0.20 at 0.9, 0.30 at 1/2; docs/trust.md).
+BETTING_SHARE = 0.9
+#: Halvings of [0, 1] when :func:`betting` locates each end: ends to within 1e-9.
+_BETTING_HALVINGS = 30
 
 
 @dataclass(frozen=True)
@@ -219,19 +226,6 @@ def beta_binomial_score(
     return Intervals(end(0.0).reshape(shape), end(1.0).reshape(shape))
 
 
-def checks_of(rewards: npt.ArrayLike) -> int | None:
-    """The smallest c in 2..:data:`MAX_CHECKS` such that every reward (in [0, 1]) is a whole
-    number of 1 / c steps -- each rollout passed that many of c checks -- or None."""
-    values = np.asarray(rewards, dtype=np.float64).ravel()
-    if values.size == 0:
-        return None
-    for c in range(2, MAX_CHECKS + 1):
-        scaled = values * c
-        if np.all(np.abs(scaled - np.rint(scaled)) <= 1e-9 * c):
-            return c
-    return None
-
-
 def _design_effect(
     total: FloatArray, squares: FloatArray, n: int, rollouts: float, z2: float
 ) -> FloatArray:
@@ -287,6 +281,59 @@ def clustered_wilson(
     q = _t_quantile(confidence, dof)
     # Wilson's n is here the effective number of rollouts, n * r / deff.
     return _wilson(mean, q * q * deff / (n * rollouts))
+
+
+def betting(means: npt.ArrayLike, *, confidence: float = 0.95) -> Intervals:
+    """The betting confidence interval of the mean of ``means`` (example means in [0, 1]).
+
+    Waudby-Smith & Ramdas ("Estimating means of bounded random variables by betting", JRSS-B
+    2024; the fixed-n hedged capital interval of their Section 5.3): the example means are bet
+    on with the predictable plug-in sizes tuned for n examples
+    (:func:`~pytest_modal_eval.stats.capital.fixed_n`), the same for every candidate, through
+    the capital process the confidence sequence uses (:mod:`~pytest_modal_eval.stats.capital`).
+    A candidate mean is outside once the upward or the downward capital after the last example
+    reaches ``2 / (1 - confidence)`` (Markov's inequality, each side at half the miss rate).
+    Each capital is monotone in the candidate, so each end is found by halving.
+
+    The bets are placed in a fixed order of the values -- sorted, then a permutation seeded by
+    their number -- so the interval is a function of the values alone (the same for a run and
+    for the same examples merged from shards). The capital after the last value is a product
+    over all of them and depends on their order only through the bet sizes: averaging it over
+    32 orders gives the coverage and widths of any one (docs/trust.md). The capital's maximum
+    over the examples is not used: it depends on the order, and one fixed order of sorted
+    values can make it cover 88% where another covers 99%.
+
+    Nothing is assumed of the distribution of example means but that they lie in [0, 1] and
+    examples are independent: the coverage holds near 0 and 1, for judge-like scores piled up
+    at two values, and for examples that differ as much as they can. ``means`` has the
+    examples on its last axis (one row per dataset for a simulation).
+    """
+    y = np.asarray(means, dtype=np.float64)
+    shape, n = y.shape[:-1], y.shape[-1]
+    x = np.sort(y.reshape(-1, n), axis=-1)[:, np.random.default_rng(n).permutation(n)]
+    side = (1.0 - confidence) / 2.0
+    _, variance = capital.estimates(x)
+    bets = capital.fixed_n(variance, n, side)
+    barrier = math.log(1.0 / side)
+
+    def ruled_out(m: FloatArray, *, upward: bool) -> npt.NDArray[np.bool_]:
+        implied = np.clip(m, capital.TINY, 1.0 - capital.TINY)[:, None]
+        grown = capital.log_growth(bets, x, implied, upward=upward, share=BETTING_SHARE)
+        out: npt.NDArray[np.bool_] = grown.sum(axis=-1) >= barrier
+        return out
+
+    # Upward, the candidates ruled out are those below the lower end; downward, above the
+    # upper end. The side ruled out is kept, so that each end is outward of the true one.
+    low, high = np.zeros(len(x)), np.ones(len(x))
+    inside_low, inside_high = np.ones(len(x)), np.zeros(len(x))
+    for _ in range(_BETTING_HALVINGS):
+        middle = (low + inside_low) / 2
+        out = ruled_out(middle, upward=True)
+        low, inside_low = np.where(out, middle, low), np.where(out, inside_low, middle)
+        middle = (high + inside_high) / 2
+        out = ruled_out(middle, upward=False)
+        high, inside_high = np.where(out, middle, high), np.where(out, inside_high, middle)
+    return Intervals(low.reshape(shape), high.reshape(shape))
 
 
 def running_wilson(

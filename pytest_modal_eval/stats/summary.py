@@ -305,15 +305,15 @@ def summarize(
 
     The interval always lies within the rewards' range:
 
-    - every reward 0 or 1 (and no ``bounds`` other than (0, 1)): the beta-binomial score interval
+    - every reward 0 or 1 (with ``bounds``, at one end or the other of them: pass/fail): the
+      beta-binomial score interval
       (:func:`~pytest_modal_eval.stats.intervals.beta_binomial_score`); with one rollout per
       example that is Wilson's interval of a proportion (``interval == "wilson"``).
-    - every reward within [0, 1] (or ``bounds``, the range rewards can take by construction,
-      rescaled to [0, 1]) and a whole number of 1 / c steps of it (partial credit, c checks per
-      rollout, c <= 32): the beta-binomial score interval over the r * c checks of each example
-      (``interval == "beta-binomial-checks"``).
-    - other rewards within [0, 1] or ``bounds``: the clustered Wilson interval
-      (:func:`~pytest_modal_eval.stats.intervals.clustered_wilson`).
+    - other rewards within [0, 1] or ``bounds`` (the range rewards can take by construction,
+      rescaled to [0, 1]; partial credit, continuous scores, a judge's probabilities,
+      payoffs): the betting interval of the example means
+      (:func:`~pytest_modal_eval.stats.intervals.betting`, ``interval == "betting"``), whose
+      coverage does not depend on how the example means are distributed.
     - otherwise the range is unknown: a t interval clipped to the smallest and largest reward
       observed (``interval == "t-clipped"``).
 
@@ -360,24 +360,17 @@ def summarize(
         if lowest < bounds[0] or highest > bounds[1]:
             raise ValueError(f"rewards [{lowest}, {highest}] lie outside bounds {bounds!r}")
         low, width = bounds[0], bounds[1] - bounds[0]
-        checks = None if binary else intervals.checks_of((np.asarray(flat) - low) / width)
-        if binary and bounds == (0.0, 1.0):
+        if bounds != (0.0, 1.0):  # pass/fail: every reward at one end of the range
+            binary = _is_binary((np.asarray(flat) - low) / width)
+        if binary:
             # An example's mean times its rollouts is its passes (exactly, for 0/1 rewards).
-            passes = np.rint(means * counts).astype(np.int64)
+            passes = np.rint((means - low) / width * counts).astype(np.int64)
             found = intervals.beta_binomial_score(passes, counts, confidence=confidence)
             single = most_rollouts == 1
             method = intervals.METHOD_WILSON if single else intervals.METHOD_BETA_BINOMIAL
-        elif checks is not None:
-            # Each rollout passed reward * c of c checks: an example, its passes of r * c.
-            trials = counts * checks
-            passes = np.rint((means - low) / width * trials).astype(np.int64)
-            found = intervals.beta_binomial_score(passes, trials, confidence=confidence)
-            method = intervals.METHOD_CHECKS
         else:
-            found = intervals.clustered_wilson(
-                (means - low) / width, n_rollouts / n, confidence=confidence
-            )
-            method = intervals.METHOD_CLUSTERED_WILSON
+            found = intervals.betting((means - low) / width, confidence=confidence)
+            method = intervals.METHOD_BETTING
         ci_low = low + width * float(found.low)
         ci_high = low + width * float(found.high)
         reward_range: tuple[float, float] = (float(bounds[0]), float(bounds[1]))
@@ -398,6 +391,19 @@ def summarize(
         interval=method,
         reward_range=reward_range,
     )
+
+
+def summarize_within(
+    rewards: ExampleRewards, reward_range: Sequence[float] | None, confidence: float = 0.95
+) -> RewardSummary:
+    """:func:`summarize` of a run's rewards, its interval within ``reward_range`` (the range
+    the benchmark declares its rewards lie in, ``gate.reward_range``) when every reward lies
+    in it; otherwise, or with none declared, within what :func:`summarize` finds."""
+    if reward_range is not None and len(rewards):
+        low, high = float(reward_range[0]), float(reward_range[1])
+        if low <= float(rewards.rewards.min()) and float(rewards.rewards.max()) <= high:
+            return summarize(rewards, confidence, bounds=(low, high))
+    return summarize(rewards, confidence)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ Test-only controls:
 - ``--enable-log-requests`` with ``VLLM_LOGGING_LEVEL=DEBUG``: each chat request's JSON body
   is printed as it arrives, as vLLM logs it (``Request chatcmpl-N JSON body: {...}``): the
   prompts, and whatever a benchmark put in them, reach the server's log;
+- ``FAKE_VLLM_SETTINGS``: a JSON object of ``tests/support/openai_server.py`` settings the
+  server starts with (``{"fail_rate": 0.3}``: a server that answers some requests with errors);
 - ``FAKE_VLLM_PRINT_ENV``: names of environment variables (space-separated) whose values it
   prints at start, with its full argv, on stdout and on stderr, as a server that logs its
   settings or quotes them in an error would; a value of several lines is printed as it is
@@ -122,7 +124,9 @@ async def serve(
         print("INFO fake vLLM: Loading weights took 0.01 seconds", flush=True)
         print("INFO fake vLLM: Capturing CUDA graphs (mixed prefill-decode)", flush=True)
         await asyncio.sleep(startup_s / 2)
-    app = build_app(FakeModel(served, {}))
+    model = FakeModel(served, {})
+    model.settings.update(json.loads(os.environ.get("FAKE_VLLM_SETTINGS") or "{}"))
+    app = build_app(model)
     if log_requests:
         app.middlewares.append(log_request_bodies)
     runner = web.AppRunner(app, access_log=None)
