@@ -17,6 +17,7 @@ import base64
 import html
 import json
 import logging
+import re
 import sys
 import urllib.parse
 from collections.abc import Callable
@@ -162,6 +163,29 @@ def test_structured_outputs_keep_their_names_and_lose_their_secrets() -> None:
     redactor.check("records", json.dumps({"example_id": 3, "role": "assistant"}).encode())
     with pytest.raises(ShareError, match="still contains"):
         redactor.check("records", b'{"a": "sk-value-secret-1"}')
+
+
+def test_the_reports_own_script_and_style_are_kept_whatever_the_secrets(tmp_path: Path) -> None:
+    """A secret that is a word the page's script and style are written in (``function``,
+    ``document``, ``overflow``) is replaced in what the page shows, never in the plugin's own
+    code: the inlined JS and CSS are the assets as shipped, so the page still works."""
+    from importlib import resources
+
+    from pytest_modal_eval.report.html import write_report
+    from tests.test_run_files import outputs, write_run
+
+    run = write_run(tmp_path / "evals", "r1", outputs(text="function sk-MARKpage-0001"))
+    redactor = Redactor(["function", "document", "overflow", "sk-MARKpage-0001"])
+    page_path = tmp_path / "report.html"
+    write_report(page_path, [(run, None)], redactor=redactor)
+    page = page_path.read_text()
+    assets = resources.files("pytest_modal_eval.report") / "templates"
+    js, css = ((assets / name).read_text() for name in ("report.js", "report.css"))
+    assert "function" in js and "overflow" in css  # the words are the code's own
+    assert f"<script>{js}</script>" in page and f"<style>{css}</style>" in page
+    shown = page.replace(js, "").replace(css, "")
+    assert f"{REDACTED} {REDACTED}" in shown  # the answer, in the page's data
+    assert not {"function", "document", "overflow", "MARKpage"} & set(re.split(r"\W+", shown))
 
 
 @pytest.mark.parametrize(
