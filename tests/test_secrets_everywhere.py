@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,7 +104,7 @@ def test_env_args_teach_their_secrets_and_key_variables() -> None:
 
 
 def test_env_args_teach_every_shape_a_secret_takes() -> None:
-    """Numbers, ``{name, value}`` mappings and ``[name, value]`` pairs at any depth, an
+    """Numbers, dates, ``{name, value}`` mappings and ``[name, value]`` pairs at any depth, an
     ``Authorization`` value and its credential (a ``Basic`` one decoded too), each line of a
     value of several lines, every leaf of a JSON value, a secret flag's value in a list."""
     redactor = Redactor()
@@ -120,6 +121,8 @@ def test_env_args_teach_every_shape_a_secret_takes() -> None:
             "private_key": "-----BEGIN KEY-----\nline-secret-0001\nab\n-----END KEY-----\n",
             "credentials": '{"type": "service_account", "private_key_id": "json-leaf-0001"}',
             "command": ["serve", "--api-key", "flag-secret-0001", "--token=flag-secret-0002"],
+            # YAML reads an unquoted date or time as one, not as text.
+            "dated": yaml.safe_load("{password: 2024-01-31, token: 2024-01-31 10:20:30}"),
         }
     )
     assert {
@@ -136,6 +139,10 @@ def test_env_args_teach_every_shape_a_secret_takes() -> None:
         "json-leaf-0001",
         "flag-secret-0001",
         "flag-secret-0002",
+        "2024-01-31",
+        "datetime.date(2024, 1, 31)",
+        "2024-01-31 10:20:30",
+        "2024-01-31T10:20:30",
     } <= set(redactor.values)
     assert not {"text/plain", "Accept", "SEARCH_API_KEY", "ab"} & set(redactor.values)
     assert redactor.text('{"secret": "-----BEGIN KEY-----\\nline-secret-0001\\nab"}') == (
