@@ -78,6 +78,8 @@ def test_a_warning_holding_the_key_is_redacted_in_the_summary(
         f"env_args.judge_base_url=https://bob:{KEY}@judge.example/v1",
         f"vllm.extra_args=[--api-key, {KEY}]",
         f"vllm.extra_args=[--hf-token={KEY}]",
+        f"env_args.env=[{{name: SEARCH_API_KEY, value: {KEY}}}]",  # a pair under any name
+        f"env_args.tool.headers=[[Authorization, 'Bearer {KEY}']]",
         f"env_args.api_key=[{KEY}",  # not valid YAML: the error must not quote it either
     ],
 )
