@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import hashlib
 import hmac
 import html
@@ -388,12 +389,13 @@ def redact(record: logging.LogRecord, redactor: Redactor) -> None:
 
 def secret_texts(value: Any) -> set[str]:
     """Every text a secret ``value`` can be written as, stripped: a string as it is; a number
-    or boolean as Python and JSON write it (``12345678``, ``True``, ``true``); the strings of
-    a mapping or list, each so. A string of several lines gives each line too, and the value
-    with ``\\r\\n`` or ``\\n`` line breaks (a log copies it a line at a time, or rewrites the
-    breaks); an ``Authorization`` value (``Bearer K``, ``Basic dTpw``) gives its credential
-    (and what a ``Basic`` one decodes to, ``user:password`` and the password); a JSON object or
-    list gives every string and number inside it, each so."""
+    or boolean as Python and JSON write it (``12345678``, ``True``, ``true``); a date or time
+    (YAML reads ``2024-01-31`` unquoted as one) as ``str``, ISO and ``repr`` write it; the
+    strings of a mapping or list, each so. A string of several lines gives each line too, and
+    the value with ``\\r\\n`` or ``\\n`` line breaks (a log copies it a line at a time, or
+    rewrites the breaks); an ``Authorization`` value (``Bearer K``, ``Basic dTpw``) gives its
+    credential (and what a ``Basic`` one decodes to, ``user:password`` and the password); a
+    JSON object or list gives every string and number inside it, each so."""
     found: set[str] = set()
     _collect_texts(value, found, depth=0)
     return {text for text in found if text}
@@ -406,6 +408,8 @@ def _collect_texts(value: Any, found: set[str], depth: int, derived: bool = Fals
         return
     if isinstance(value, (bool, int, float)):  # True and JSON's true, 1e-05 and 1e-05
         found |= {str(value), json.dumps(value)}
+    elif isinstance(value, (datetime.date, datetime.time)):  # YAML's unquoted 2024-01-31
+        found |= {str(value), value.isoformat(), repr(value)}
     elif isinstance(value, Mapping):
         for item in value.values():
             _collect_texts(item, found, depth + 1, derived)

@@ -17,12 +17,14 @@ import base64
 import html
 import json
 import logging
+import re
 import sys
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -102,7 +104,7 @@ def test_env_args_teach_their_secrets_and_key_variables() -> None:
 
 
 def test_env_args_teach_every_shape_a_secret_takes() -> None:
-    """Numbers, ``{name, value}`` mappings and ``[name, value]`` pairs at any depth, an
+    """Numbers, dates, ``{name, value}`` mappings and ``[name, value]`` pairs at any depth, an
     ``Authorization`` value and its credential (a ``Basic`` one decoded too), each line of a
     value of several lines, every leaf of a JSON value, a secret flag's value in a list."""
     redactor = Redactor()
@@ -119,6 +121,8 @@ def test_env_args_teach_every_shape_a_secret_takes() -> None:
             "private_key": "-----BEGIN KEY-----\nline-secret-0001\nab\n-----END KEY-----\n",
             "credentials": '{"type": "service_account", "private_key_id": "json-leaf-0001"}',
             "command": ["serve", "--api-key", "flag-secret-0001", "--token=flag-secret-0002"],
+            # YAML reads an unquoted date or time as one, not as text.
+            "dated": yaml.safe_load("{password: 2024-01-31, token: 2024-01-31 10:20:30}"),
         }
     )
     assert {
@@ -135,6 +139,10 @@ def test_env_args_teach_every_shape_a_secret_takes() -> None:
         "json-leaf-0001",
         "flag-secret-0001",
         "flag-secret-0002",
+        "2024-01-31",
+        "datetime.date(2024, 1, 31)",
+        "2024-01-31 10:20:30",
+        "2024-01-31T10:20:30",
     } <= set(redactor.values)
     assert not {"text/plain", "Accept", "SEARCH_API_KEY", "ab"} & set(redactor.values)
     assert redactor.text('{"secret": "-----BEGIN KEY-----\\nline-secret-0001\\nab"}') == (
@@ -162,6 +170,29 @@ def test_structured_outputs_keep_their_names_and_lose_their_secrets() -> None:
     redactor.check("records", json.dumps({"example_id": 3, "role": "assistant"}).encode())
     with pytest.raises(ShareError, match="still contains"):
         redactor.check("records", b'{"a": "sk-value-secret-1"}')
+
+
+def test_the_reports_own_script_and_style_are_kept_whatever_the_secrets(tmp_path: Path) -> None:
+    """A secret that is a word the page's script and style are written in (``function``,
+    ``document``, ``overflow``) is replaced in what the page shows, never in the plugin's own
+    code: the inlined JS and CSS are the assets as shipped, so the page still works."""
+    from importlib import resources
+
+    from pytest_modal_eval.report.html import write_report
+    from tests.test_run_files import outputs, write_run
+
+    run = write_run(tmp_path / "evals", "r1", outputs(text="function sk-MARKpage-0001"))
+    redactor = Redactor(["function", "document", "overflow", "sk-MARKpage-0001"])
+    page_path = tmp_path / "report.html"
+    write_report(page_path, [(run, None)], redactor=redactor)
+    page = page_path.read_text()
+    assets = resources.files("pytest_modal_eval.report") / "templates"
+    js, css = ((assets / name).read_text() for name in ("report.js", "report.css"))
+    assert "function" in js and "overflow" in css  # the words are the code's own
+    assert f"<script>{js}</script>" in page and f"<style>{css}</style>" in page
+    shown = page.replace(js, "").replace(css, "")
+    assert f"{REDACTED} {REDACTED}" in shown  # the answer, in the page's data
+    assert not {"function", "document", "overflow", "MARKpage"} & set(re.split(r"\W+", shown))
 
 
 @pytest.mark.parametrize(

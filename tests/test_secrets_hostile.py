@@ -78,6 +78,8 @@ def test_a_warning_holding_the_key_is_redacted_in_the_summary(
         f"env_args.judge_base_url=https://bob:{KEY}@judge.example/v1",
         f"vllm.extra_args=[--api-key, {KEY}]",
         f"vllm.extra_args=[--hf-token={KEY}]",
+        f"env_args.env=[{{name: SEARCH_API_KEY, value: {KEY}}}]",  # a pair under any name
+        f"env_args.tool.headers=[[Authorization, 'Bearer {KEY}']]",
         f"env_args.api_key=[{KEY}",  # not valid YAML: the error must not quote it either
     ],
 )
@@ -316,13 +318,15 @@ def test_a_secret_learned_after_the_local_server_started_stays_out_of_its_log(
     assert redactor._listeners == []  # a stopped server hears of nothing more
 
 
-@pytest.mark.parametrize("word", ["example_id", "avg_reward", "assistant"])
+@pytest.mark.parametrize("word", ["example_id", "avg_reward", "assistant", "test-model"])
 def test_a_secret_that_is_a_word_the_plugin_writes_breaks_nothing(
     project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch, word: str
 ) -> None:
     """``MY_PASSWORD=example_id``: the records, the checkpoint a resume reads, metadata.json and
     what ``runs`` and ``show --json`` print keep the plugin's own names (and the chat's roles);
-    the session says once that such a secret cannot be kept out of text."""
+    the session says once that such a secret cannot be kept out of text. One that is a part of
+    the run directory's path (the model's name, ``test-model`` here) still lets the session
+    write its report, which reads the run from the path the benchmark reported, redacted."""
     monkeypatch.setenv("MY_PASSWORD", word)
     project.add("alpha", n=3)
     first = project.run()
@@ -336,6 +340,8 @@ def test_a_secret_that_is_a_word_the_plugin_writes_breaks_nothing(
         for record in read_jsonl(run_dir / name):
             assert REDACTED not in record and {"example_id", "reward"} <= set(record)
             assert [m["role"] for m in record["completion"]] == ["assistant"]
+    assert (project.pytester.path / "outputs" / "evals" / "report.html").is_file()
+    again.stdout.fnmatch_lines(["evaluation report: *report.html*"])
     metadata = json.loads((run_dir / "metadata.json").read_text())
     assert metadata["avg_reward"] == 1.0 and REDACTED not in metadata
     output = str(project.pytester.path / "outputs" / "evals")
@@ -343,3 +349,27 @@ def test_a_secret_that_is_a_word_the_plugin_writes_breaks_nothing(
     assert runs.exit_code == 0, runs.output
     [listed] = json.loads(runs.stdout)
     assert listed["avg_reward"] == 1.0 and REDACTED not in listed
+
+
+def test_a_run_directory_reported_redacted_is_found_again(tmp_path: Path) -> None:
+    """What the session's report and its push read a run from: the ``run_dir`` a benchmark
+    reported, with ``[redacted]`` for a secret that is a part of the path, is the one run
+    directory that fits; with none or several, the path as it was shown (whose error says
+    so)."""
+    import types
+
+    from pytest_modal_eval.redact import Redactor
+    from pytest_modal_eval.runs.paths import reported_run_dir
+    from pytest_modal_eval.share.controller import SessionShare
+
+    run = write_run(tmp_path / "evals", "r1", outputs(), slug="org--secret-model")
+    shown = Redactor(["secret-model"]).text(str(run))
+    assert REDACTED in shown
+    assert reported_run_dir(shown) == run
+    assert reported_run_dir(str(run)) == run
+    share = SessionShare(None, False, None, False, tmp_path, Redactor())
+    report = types.SimpleNamespace(when="call", user_properties=[("run_dir", shown)])
+    share.add(report)  # type: ignore[arg-type]
+    assert list(share.run_dirs) == [str(run)]
+    write_run(tmp_path / "evals", "r1", outputs(), slug="org--other-model")
+    assert reported_run_dir(shown) == Path(shown)  # two runs fit

@@ -8,7 +8,8 @@ report`` both hand it run directories.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import secrets
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -57,7 +58,11 @@ def render(
     benchmarks: Sequence[RunSection],
     title: str = "Evaluation report",
     groups: Sequence[ComparisonGroup] = (),
+    clean: Callable[[str], str] | None = None,
 ) -> str:
+    """The page; ``clean`` (a redactor's ``text``) is applied to all of it but the inlined
+    script and style, the plugin's own code, which hold no data and which a secret that is a
+    word they use (``function``, ``document``) must not break."""
     import jinja2  # here: the plugin loads this module in every session, most write no page
 
     env = jinja2.Environment(
@@ -78,7 +83,9 @@ def render(
     assets = resources.files("pytest_modal_eval.report") / "templates"
     low, high = _scale(benchmarks)
     unfinished = [b for b in benchmarks if b.unfinished is not None]
-    return env.get_template("report.html.jinja").render(
+    # The assets go in after ``clean``, each in place of a random mark.
+    marks = {name: f"asset-{secrets.token_hex(16)}" for name in ("css", "js")}
+    page: str = env.get_template("report.html.jinja").render(
         # A page with an unfinished run says so first: its figures are not a benchmark's.
         title=f"{title} (partial)" if unfinished else title,
         unfinished=unfinished,
@@ -90,12 +97,17 @@ def render(
         },
         low=low,
         high=high,
-        css=(assets / "report.css").read_text(encoding="utf-8"),
-        js=(assets / "report.js").read_text(encoding="utf-8"),
+        css=marks["css"],
+        js=marks["js"],
         rows_json={b.key: _json_for_script(b.rows) for b in benchmarks},
         solved_threshold=SOLVED_THRESHOLD,
         max_text=MAX_TEXT,
     )
+    if clean is not None:
+        page = clean(page)
+    for name, mark in marks.items():
+        page = page.replace(mark, (assets / f"report.{name}").read_text(encoding="utf-8"))
+    return page
 
 
 def write_report(
@@ -114,7 +126,7 @@ def write_report(
         for n, (run_dir, figures) in enumerate(run_dirs)
     ]
     groups = compare_runs(benchmarks)
-    text = (redactor or Redactor.from_environ()).text(render(benchmarks, title, groups))
+    text = render(benchmarks, title, groups, clean=(redactor or Redactor.from_environ()).text)
     with replaced_atomically(path, "then write the report again") as out:
         out.write(text)
     return benchmarks

@@ -46,7 +46,9 @@ class SessionReport:
         props = dict(report.user_properties)
         if "run_dir" not in props:
             return
-        self.runs.append((Path(str(props["run_dir"])), figures(props)))
+        from pytest_modal_eval.runs.paths import reported_run_dir
+
+        self.runs.append((reported_run_dir(str(props["run_dir"])), figures(props)))
 
     def write(self) -> None:
         """On the controller once every benchmark has reported, or Ctrl-C ended the session:

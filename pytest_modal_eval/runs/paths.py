@@ -27,6 +27,7 @@ reads or writes a run directory goes through :class:`RunPaths`, which reads the 
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from typing import Any
 
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.model_names import legacy_model_slug, model_slug
+from pytest_modal_eval.redact import REDACTED
 from pytest_modal_eval.runs import reader
 
 RUN_CONFIG = "run_config.json"
@@ -299,6 +301,19 @@ def _float(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def reported_run_dir(shown: str) -> Path:
+    """The run directory a benchmark's report names (its ``run_dir`` user property), which
+    the session's redactor rewrote when a secret is a part of the path (the model's name, a
+    word of the output directory's): each ``[redacted]`` stands for any text of one path
+    part, and the one existing directory that fits is the run's (else ``shown`` as it is)."""
+    path = Path(shown)
+    if REDACTED not in shown or path.is_dir():
+        return path
+    pattern = "*".join(glob.escape(part) for part in shown.split(REDACTED))
+    found = [Path(match) for match in glob.glob(pattern) if os.path.isdir(match)]
+    return found[0] if len(found) == 1 else path
 
 
 def benchmark_dir(output_dir: Path, benchmark: str, slug: str) -> Path:

@@ -140,7 +140,9 @@ class SessionShare:
             return
         run_dir = dict(report.user_properties).get("run_dir")
         if isinstance(run_dir, str):
-            self.run_dirs[run_dir] = None
+            from pytest_modal_eval.runs.paths import reported_run_dir
+
+            self.run_dirs[str(reported_run_dir(run_dir))] = None
 
     def share(self) -> bool:
         """Once on the controller, after every item: shares the finished runs. False when a
