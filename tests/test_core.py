@@ -162,11 +162,21 @@ def test_override_of_wrong_type_names_key_and_type(project: BenchmarkProject) ->
     [
         ("env_id: [unclosed\n", "invalid YAML (line 2, column 1): expected"),
         ("env_id: file-qa\nbogus: 1\n", "bogus: unknown key; allowed here: env_id, name"),
-        ("env_id: file-qa\ninfra: {gpux: 1}\n", "infra.gpux: unknown key; allowed here: gpu,"),
+        (
+            "env_id: file-qa\ninfra: {gpux: 1}\n",
+            "infra.gpux: unknown key (did you mean 'gpu'?); allowed here: gpu,",
+        ),
         ("env_id: file-qa\nvllm: {tp: 2}\n", "vllm.tp: unknown key; allowed here: max_model_len"),
         ("env_id: file-qa\nsampling: {temp: 1}\n", "sampling.temp: unknown key"),
-        ("env_id: file-qa\neval: {rollout: 2}\n", "eval.rollout: unknown key"),
-        ("env_id: file-qa\ngate: {min_reward: 1}\n", "gate.min_reward: unknown key"),
+        (
+            "env_id: file-qa\neval: {rollout: 2}\n",
+            "eval.rollout: unknown key (did you mean 'rollouts'",
+        ),
+        (
+            "env_id: file-qa\ngate: {min_avg_rewrd: 1}\n",
+            "gate.min_avg_rewrd: unknown key (did you mean 'min_avg_reward'?); allowed here:",
+        ),
+        ("env_id: file-qa\nenv_arg: {}\n", "env_arg: unknown key (did you mean 'env_args'?)"),
         (
             "env_id: file-qa\nsampling: {temperature: hot}\n",
             "sampling.temperature: Input should be a valid number (got 'hot')",

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pytest_modal_eval.config.overrides import apply_overrides
+from pytest_modal_eval.config.overrides import apply_overrides, did_you_mean
 from pytest_modal_eval.config.schema import BenchmarkConfig
 from pytest_modal_eval.exceptions import BenchmarkError
 
@@ -74,7 +74,8 @@ def _explain(path: Path, exc: ValidationError, overrides: list[tuple[str, Any]])
         kind = error["type"]
         if kind == "extra_forbidden":
             allowed = _allowed_keys(error["loc"][:-1])
-            lines.append(f"  {loc}{origin}: unknown key; allowed here: {', '.join(allowed)}")
+            hint = did_you_mean(str(error["loc"][-1]), allowed)
+            lines.append(f"  {loc}{origin}: unknown key{hint}; allowed here: {', '.join(allowed)}")
         elif kind == "missing":
             lines.append(f"  {loc}: required field is missing")
         else:
