@@ -419,6 +419,12 @@ def test_api_key_comes_from_the_named_variable_only(
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*refused the credentials (HTTP 401*$OPENAI_API_KEY*"])
     monkeypatch.setenv("MY_EVAL_KEY", "sk-right")
+    # A mistyped variable name: the error says it is unset, and how to set it.
+    typo = project.run("--api-key-env", "MY_EVAL_KEYY")
+    typo.assert_outcomes(errors=1)
+    typo.stdout.fnmatch_lines(
+        ["*HTTP 401*$MY_EVAL_KEYY, the variable --api-key-env names*not set*export MY_EVAL_KEYY=*"]
+    )
     project.run("--api-key-env", "MY_EVAL_KEY").assert_outcomes(passed=1)
     assert project.server.stats()["completed_requests"] == 4
     for path in (project.pytester.path / "outputs").rglob("*"):

@@ -27,6 +27,7 @@ from pytest_modal_eval.cli.common import (
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.config.locations import vllm_interpreter, vllm_python_from
 from pytest_modal_eval.config.options import base_url_problem
+from pytest_modal_eval.serving.endpoint_check import api_key_hint
 from pytest_modal_eval.serving.modal.access import reachable
 
 OK, FAIL, SKIP, WARN = "ok", "FAIL", "skipped", "warn"
@@ -255,7 +256,9 @@ def check_base_url(
                 label,
                 FAIL,
                 f"{base_url}/models answered HTTP {response.status_code}",
-                f"check the API key in ${api_key_env}",
+                api_key_hint(api_key_env, environ)
+                if response.status_code in (401, 403)
+                else f"check the API key in ${api_key_env}",
             )
         ]
     try:
