@@ -157,15 +157,22 @@ def test_summary_notes_name_benchmark_and_model_and_are_said_once(
     assert sorted(subjects) == [
         "alpha (model-b)", "alpha (test-model)", "beta (model-b)", "beta (test-model)",
     ]  # fmt: skip
-    # The same command again: four finished runs, each only reported. One line says so of all
-    # four (each run's id is in the table, and on its "resumed" line).
+    # The same command again: four finished runs, each only reported. Each item's line names
+    # its run (a note is grouped only where its text is the same).
     again = project.run(*two_models(project, 0.9, 0.9))
     again.assert_outcomes(passed=4)
-    reused = [line for line in again.stdout.lines if "nothing to evaluate" in line]
+    reused = sorted(line for line in again.stdout.lines if "nothing to evaluate" in line)
+    runs = {
+        (row["benchmark"], row["model"]): row["run_id"]
+        for row in (json.loads(p.read_text()) for p in project.pytester.path.rglob("metadata.json"))
+    }
     assert reused == [
-        "alpha, beta (test-model, model-b): note: every selected example was finished in run "
-        "<run>: nothing to evaluate, nothing was asked of the endpoint but which model it serves"
+        f"{benchmark} ({model}): note: every selected example was finished in run "
+        f"{runs[benchmark, model]}: nothing to evaluate, nothing was asked of the endpoint but "
+        "which model it serves"
+        for benchmark, model in sorted(runs)
     ]
+    assert "<run>" not in again.stdout.str()
 
 
 def test_summary_notes_of_one_model_name_it_too(project: BenchmarkProject) -> None:

@@ -164,9 +164,12 @@ def test_a_finished_run_starts_no_server(local: LocalRuns, dist: list[str]) -> N
     again = local.run(*dist, *first_two, "--override", "infra.gpu=A100")
     again.assert_outcomes(passed=2)
     assert len(local.started()) == 1
-    # One note for both benchmarks (notes that differ only by run id are said once).
+    # A note for each benchmark, naming its run.
     again.stdout.fnmatch_lines(
-        ["alpha, beta (fake-model): note: *run <run>: nothing to evaluate, no server was started*"]
+        [
+            "alpha (fake-model): note: *run 2*: nothing to evaluate, no server was started*",
+            "beta (fake-model): note: *run 2*: nothing to evaluate, no server was started*",
+        ]
     )
     more = local.run(*dist)
     more.assert_outcomes(passed=2)

@@ -221,9 +221,9 @@ def _serving_line(row: dict[str, Any]) -> str:
 def _notes(row: dict[str, Any]) -> list[tuple[str, str]]:
     """A summary row's notes and warnings: (what groups it with the same note of another
     benchmark or model, the line)."""
-    benchmark, run_id = str(row["benchmark"]), str(row.get("run_id") or "")
+    benchmark = str(row["benchmark"])
     return [
-        (f"{kind}: {_generic(str(text), benchmark, run_id)}", f"{kind}: {text}")
+        (f"{kind}: {_generic(str(text), benchmark)}", f"{kind}: {text}")
         for kind, texts in (("note", row["notes"]), ("WARNING", row["warnings"]))
         for text in texts
     ]
@@ -241,11 +241,9 @@ def _subjects(pairs: list[tuple[str, str]]) -> str:
     return "; ".join(f"{benchmark} ({', '.join(found)})" for benchmark, found in models.items())
 
 
-def _generic(text: str, benchmark: str, run_id: str = "") -> str:
-    """A note with its benchmark's name as ``<benchmark>`` and its run's id as ``<run>``: the
-    same note of several benchmarks or models (``no baseline yet
-    (evals/__baselines__/<benchmark>.json)``, ``every selected example was finished in run
-    <run>``) is written once; each run's id is in the table."""
-    if run_id:
-        text = text.replace(run_id, "<run>")
+def _generic(text: str, benchmark: str) -> str:
+    """A note with its benchmark's name as ``<benchmark>``: the same note of several benchmarks
+    or models (``no baseline yet (evals/__baselines__/<benchmark>.json)``) is written once. A
+    note naming its run (``every selected example was finished in run ...``) is written for
+    each run, with its id."""
     return re.sub(rf"(?<![\w.-]){re.escape(benchmark)}(?![\w-])", "<benchmark>", text)
