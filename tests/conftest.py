@@ -176,7 +176,7 @@ class BenchmarkProject:
         return self.pytester.runpytest_subprocess(*self.args(*extra))
 
     def run_dirs(self, name: str) -> list[Path]:
-        base = self.pytester.path / "outputs" / "evals" / f"{name}--default--test-model"
+        base = self.pytester.path / "outputs" / "evals" / f"{name}--test-model"
         return sorted(p for p in base.iterdir() if p.is_dir()) if base.exists() else []
 
 

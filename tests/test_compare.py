@@ -98,15 +98,13 @@ def test_metadata_records_the_comparison_the_summary_prints(project: BenchmarkPr
     result.assert_outcomes(passed=2)
     runs = project.pytester.path / "outputs" / "evals"
     # Run directories only (the benchmark's directory also holds its lock file).
-    (reference_run,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
-    (challenger_run,) = [
-        p for p in (runs / f"alpha--default--{CHALLENGER}").iterdir() if p.is_dir()
-    ]
+    (reference_run,) = [p for p in (runs / "alpha--test-model").iterdir() if p.is_dir()]
+    (challenger_run,) = [p for p in (runs / f"alpha--{CHALLENGER}").iterdir() if p.is_dir()]
     meta = json.loads((challenger_run / "metadata.json").read_text())
     c = meta["vs_reference"]
     assert c["reference_model"] == REFERENCE
     assert c["reference_run_id"] == reference_run.name
-    assert c["reference_run_dir"] == f"../../alpha--default--test-model/{reference_run.name}"
+    assert c["reference_run_dir"] == f"../../alpha--test-model/{reference_run.name}"
     # The numbers the summary prints and the JUnit properties carry.
     line = next(x for x in result.stdout.lines if "(reference): reference" in x)
     assert (
@@ -379,8 +377,8 @@ def _stored_runs(project: BenchmarkProject, reference: float, challenger: float)
     result = project.run(*two_models(project, reference, challenger))
     result.assert_outcomes(passed=2)
     base = project.pytester.path / "outputs" / "evals"
-    (a,) = [p for p in (base / "alpha--default--test-model").iterdir() if p.is_dir()]
-    (b,) = [p for p in (base / "alpha--default--model-b").iterdir() if p.is_dir()]
+    (a,) = [p for p in (base / "alpha--test-model").iterdir() if p.is_dir()]
+    (b,) = [p for p in (base / "alpha--model-b").iterdir() if p.is_dir()]
     return [str(a), str(b)]
 
 
@@ -587,13 +585,13 @@ def test_a_regression_vs_the_reference_comes_with_an_interval_below_zero_everywh
     assert props["reference_diff_ci_level"] == "0.9"
     assert float(props["reference_diff_ci_high"]) < 0.0
     runs = project.pytester.path / "outputs" / "evals"
-    (run_b,) = [p for p in (runs / f"alpha--default--{CHALLENGER}").iterdir() if p.is_dir()]
+    (run_b,) = [p for p in (runs / f"alpha--{CHALLENGER}").iterdir() if p.is_dir()]
     c = json.loads((run_b / "metadata.json").read_text())["vs_reference"]
     assert (c["diff_ci_level"], c["regressed"]) == (0.9, True)
     assert c["diff_ci_high"] < 0.0 and c["p_value"] == pytest.approx(0.0461, abs=1e-4)
     report = _report(project)
     assert "[-0.135, -0.001] (90%)" in report and "(95%)" not in report
-    (run_a,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
+    (run_a,) = [p for p in (runs / "alpha--test-model").iterdir() if p.is_dir()]
     status, out = _compare(str(run_a), str(run_b))
     assert status == 1 and BORDERLINE_CI in out and "FAIL: significant drop" in out, out
     doc = json.loads(_compare(str(run_a), str(run_b), "--json")[1])["comparison"]

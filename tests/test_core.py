@@ -347,7 +347,7 @@ def test_output_files_and_fields(
         "versions",
     ):
         assert key in config
-    assert config["model_slug"] == "default--test-model"
+    assert config["model_slug"] == "test-model"
     ckmeta = json.loads((run_dir / "checkpoint_meta.json").read_text())
     assert ckmeta["completed_example_ids"] == list(range(6))
     assert ckmeta["completed_rollouts"] == 12

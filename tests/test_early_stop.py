@@ -201,7 +201,7 @@ def test_the_reference_comparison_stops_early_once_the_reference_finished(
 
 
 def _challenger(project: BenchmarkProject) -> dict[str, Any]:
-    runs = project.pytester.path / "outputs" / "evals" / "big--default--model-b"
+    runs = project.pytester.path / "outputs" / "evals" / "big--model-b"
     (metadata,) = runs.glob("*/metadata.json")
     data: dict[str, Any] = json.loads(metadata.read_text())
     return data

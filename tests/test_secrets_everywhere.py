@@ -297,13 +297,13 @@ def test_no_secret_leaves_the_session(
         "--mlflow",
     )
     out = _checked_run(project, result)
-    assert "Hub: pushed alpha--default--test-model" in out, out
+    assert "Hub: pushed alpha--test-model" in out, out
     assert "MLflow (sqlite:///" in out, out
     names = _relative_names(project)
     assert {"pytest.log", "outputs/evals/mlflow.db"} <= names
     assert any(name.startswith("outputs/evals/mlartifacts/") for name in names)
     uploaded = hub_server.stored_bytes()
-    assert any(b"alpha--default--test-model" in data for data in uploaded)
+    assert any(b"alpha--test-model" in data for data in uploaded)
     _assert_no_secret(project, out, uploaded)
 
 

@@ -117,7 +117,7 @@ def test_summary_has_error_rows_and_run_paths_relative_to_the_rootdir(
     # Table rows: the benchmark, then the model (the lines after the table have "alpha (model)").
     [alpha_row] = [line for line in summary.splitlines() if line.startswith("alpha  ")]
     run_dir = alpha_row.split()[-1]
-    assert run_dir.startswith("outputs/evals/alpha--default--test-model/"), alpha_row
+    assert run_dir.startswith("outputs/evals/alpha--test-model/"), alpha_row
     assert (Path(project.pytester.path) / run_dir / "metadata.json").exists()
     [beta_row] = [line for line in summary.splitlines() if line.startswith("beta  ")]
     assert beta_row.split()[:2] == ["beta", "test-model"] and "ERROR" in beta_row.split()
