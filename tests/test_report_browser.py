@@ -55,7 +55,7 @@ def test_report_of_a_real_run(project: BenchmarkProject, page: Any) -> None:  # 
     assert int(row.locator("td[data-field=errors]").inner_text()) == metadata["errors"]
     assert row.locator("td[data-field=n]").inner_text() == "40 \u00d7 1"
     assert row.locator("td[data-field=gate]").inner_text() == "≥ 0.9"
-    assert row.locator("td[data-field=verdict]").inner_text() == "FAIL"
+    assert row.locator("td[data-field=verdict]").inner_text() == "FAIL: threshold"
     assert row.locator("td[data-field=model]").inner_text() == metadata["model"]
 
     examples = page.locator("details.examples")
@@ -110,8 +110,9 @@ def test_report_command_builds_the_same_page(
     mean = page.locator("#overview td[data-field=mean]")
     assert _number(mean) == metadata["avg_reward"]
     assert page.locator("details.examples .count").inner_text() == f"{len(records)} examples"
-    # A stored run knows its gate from run_config.json; the verdict is the session's only.
+    # A stored run knows its gate and verdict (with what failed it) from its files.
     assert page.locator("#overview td[data-field=gate]").inner_text() == "≥ 0.9"
+    assert page.locator("#overview td[data-field=verdict]").inner_text() == "FAIL: threshold"
 
 
 def test_report_command_explains_a_directory_without_runs(tmp_path: Path) -> None:
@@ -142,7 +143,7 @@ def _three_models(project: BenchmarkProject, *extra: str) -> dict[str, Path]:
     assert result.ret == 0, result.stdout.str()
     runs = {}
     for model in MODELS:
-        benchmark_dir = project.pytester.path / "outputs" / "evals" / f"arith--default--{model}"
+        benchmark_dir = project.pytester.path / "outputs" / "evals" / f"arith--{model}"
         (run_dir,) = [path for path in benchmark_dir.iterdir() if path.is_dir()]
         runs[model] = run_dir
     return runs
@@ -373,7 +374,7 @@ def test_seat_table_and_attempts(page: Any, tmp_path: Path) -> None:  # noqa: F8
 
     from pytest_modal_eval.cli import main
 
-    run_dir = tmp_path / "duel--default--m" / "20261128-090000-000-abcdef12"
+    run_dir = tmp_path / "duel--m" / "20261128-090000-000-abcdef12"
     run_dir.mkdir(parents=True)
     (run_dir / "run_config.json").write_text(json.dumps({"benchmark": "duel", "model_id": "m"}))
     plays = {0: [1.0, 0.0, 0.0], 1: [1.0, 1.0, 0.0]}

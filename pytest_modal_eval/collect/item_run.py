@@ -44,7 +44,7 @@ from pytest_modal_eval.gate.baseline import (
     read_stored,
 )
 from pytest_modal_eval.gate.record import record_verdict
-from pytest_modal_eval.gate.verdict import decide
+from pytest_modal_eval.gate.verdict import VS_REFERENCE, decide
 from pytest_modal_eval.report.interrupted import kept_line
 from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
 from pytest_modal_eval.report.progress import example_fields
@@ -284,10 +284,10 @@ def _evaluate(session: EvalContext, item: BenchmarkItem, subtests: Any, snapshot
     if reference is None and item.reference is not None and config.gate.vs_reference is not None:
         # A gate must never go green by not running: without the comparison it was set to
         # make (the reference deselected, reordered after this item, or without results).
-        verdict.passed = False
-        verdict.reasons.append(
+        verdict.fail(
+            VS_REFERENCE,
             f"gate.vs_reference: no comparison with the reference model {item.reference} was "
-            f"possible ({reference_note or 'no results'}); run it in the same session"
+            f"possible ({reference_note or 'no results'}); run it in the same session",
         )
     if recorded and not verdict.passed:
         # A baseline is what later runs are judged against: one from a failing run needs a word.

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_modal_eval.gate.verdict import verdict_label
 from pytest_modal_eval.runs.messages import messages_text, question
 from pytest_modal_eval.runs.paths import CHECKPOINT, RESULTS, RunPaths
 from pytest_modal_eval.runs.reader import iter_records
@@ -42,7 +43,7 @@ SHOWN_KEYS = frozenset(
         "time_ms", "avg_reward", "stderr", "ci", "ci_level", "ci_method", "n_evaluated",
         "errors", "errored_example_ids", "truncated_rollouts", "answer_hash", "verdict",
         "threshold", "gate", "vs_reference", "early_stop", "unfinished", "seat", "seats",
-        "attempts",
+        "attempts", "gate_failed",
     }
 )  # fmt: skip
 _PASS_AT = re.compile(r"^pass(@|_at_)(\d+)$")
@@ -58,6 +59,7 @@ class SessionFigures:
 
     threshold: float | None = None
     verdict: str | None = None  # "pass" / "fail"
+    failed_by: tuple[str, ...] = ()  # what failed the gate (gate.verdict's parts)
     comparison: dict[str, Any] | None = None  # a PairedComparison as a dict
     interrupted: bool = False  # Ctrl-C ended the session while it evaluated this run
 
@@ -84,6 +86,7 @@ class RunSection:
     truncated: int
     threshold: float | None
     verdict: str | None
+    verdict_text: str | None  # PASS, or FAIL with what failed it (gate.verdict.verdict_label)
     time_s: float | None
     cost: Any
     comparisons: list[dict[str, Any]]
@@ -165,6 +168,10 @@ def read_run(
         config = run_config.get("config")
         gate = config.get("gate") if isinstance(config, dict) else None
         threshold = _float(gate.get("min_avg_reward")) if isinstance(gate, dict) else None
+    # The verdict as this session decided it, else as the run recorded it (gate/record.py).
+    verdict = session.verdict or _str(meta.get("verdict"))
+    recorded_parts = meta.get("gate_failed") if not session.verdict else None
+    failed_by = session.failed_by or tuple(str(part) for part in recorded_parts or ())
     comparisons = _comparisons(meta)
     if session.comparison is not None:
         comparisons.insert(0, {"label": "stored baseline", **session.comparison})
@@ -194,7 +201,8 @@ def read_run(
         errors=int(meta.get("errors") or 0),
         truncated=int(meta.get("truncated_rollouts") or 0),
         threshold=threshold,
-        verdict=session.verdict or _str(meta.get("verdict")),
+        verdict=verdict,
+        verdict_text=verdict_label(verdict == "pass", failed_by) if verdict else None,
         time_s=time_ms / 1000 if time_ms is not None else None,  # evaluation time
         cost=_cost(meta),
         comparisons=comparisons,
@@ -221,7 +229,7 @@ def read_run(
             "interrupted": session.interrupted,
         }
         bench.records_file = CHECKPOINT
-        bench.verdict = None  # no gate decides an unfinished run
+        bench.verdict = bench.verdict_text = None  # no gate decides an unfinished run
     return bench
 
 

@@ -85,6 +85,9 @@ class SummaryCollector:
         """The summary, on the controller only (workers have no terminal reporter output)."""
         if not self.rows and not self.errors:
             return
+        # Here: the plugin loads this module in every session, most print no summary.
+        from pytest_modal_eval.gate.verdict import verdict_label
+
         tr = _Escaping(terminalreporter)
         tr.section("evaluation summary")
         # A row without figures has ci_level "n/a"; the header takes the first level given.
@@ -113,7 +116,7 @@ class SummaryCollector:
                         f"{fmt_any(figures['avg_reward'])} ± {fmt_any(figures['stderr'])}",
                         fmt_interval(figures["ci_low"], figures["ci_high"]),
                         f">= {figures['threshold']}" if figures["threshold"] != "none" else "-",
-                        str(row["verdict"]).upper(),
+                        verdict_label(row["verdict"] == "pass", _parts(row.get("gate_failed"))),
                         f"{float(row['eval_s']):.1f}s",
                         self._shown(str(row["run_dir"])),
                     )
@@ -199,6 +202,11 @@ class _Escaping:
 
     def write_line(self, line: str, **markup: bool) -> None:
         self._tr.write_line(escape(line), **markup)
+
+
+def _parts(value: Any) -> list[str]:
+    """The ``gate_failed`` property (comma-separated) as a list."""
+    return [part for part in str(value or "").split(",") if part]
 
 
 def _serving_line(row: dict[str, Any]) -> str:
