@@ -275,6 +275,7 @@ async def run_examples(
     )
     slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
     pending = iter(rows)
+    parse = answer_parser(env)
 
     async def worker() -> None:
         # Each worker pulls the next row when it is free: rows are read lazily, in order, and
@@ -292,7 +293,11 @@ async def run_examples(
                 sampling_args,
                 state_columns=[ROLLOUT_COLUMN, SLOT_WAIT_COLUMN],
             )
-            on_example(example_id, [dict(output) for output in outputs])
+            finished = [dict(output) for output in outputs]
+            if parse is not None:
+                for output in finished:
+                    output["parsed_answer"] = parse(output.get("completion"))
+            on_example(example_id, finished)
             reason = should_stop()
             if reason is not None:
                 raise RunAborted(reason)
@@ -301,6 +306,27 @@ async def run_examples(
         await run_workers(worker, slots)
     finally:
         await _close(client)
+
+
+def answer_parser(env: Any) -> Callable[[Any], str | None] | None:
+    """The environment's own parser's ``parse_answer`` (what its rubric compares with the
+    answer), made safe: a parser that raises reads as no answer. None for verifiers' base
+    ``Parser``, whose "answer" is the whole last message (no parse of its own), and for an
+    environment without a parser."""
+    import verifiers as vf
+
+    parser = getattr(env, "parser", None)
+    if parser is None or type(parser) is vf.Parser:
+        return None
+
+    def parse(completion: Any) -> str | None:
+        try:
+            answer = parser.parse_answer(completion)
+        except Exception:  # the environment's code: a failure is no parsed answer, not an error
+            return None
+        return None if answer is None else str(answer)
+
+    return parse
 
 
 def chat_client(
