@@ -98,8 +98,9 @@ def pytest_configure(config: pytest.Config) -> None:
     spec = backend(settings.backend)
     if spec.on_modal and settings.model and not config.option.collectonly:
         _check_modal_credentials()
-    # A server started on this machine reads a local --model directory itself.
-    if spec.runs_here and not config.option.collectonly:
+    # A server started on this machine reads a local --model directory itself (checked under
+    # --collect-only too: it needs no request).
+    if spec.runs_here:
         _check_local_models(settings.models)
     try:
         sharing = share.configure(config, settings.output_dir, redactor)

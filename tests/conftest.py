@@ -123,6 +123,16 @@ def fake_server(fake_server_session: FakeServer) -> FakeServer:
     return fake_server_session
 
 
+def write_model_dir(path: Path) -> Path:
+    """A directory a local server accepts as a model (the checks read the files' names: a
+    ``config.json``, weights, a tokenizer); the test servers load nothing from it."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(b"")
+    (path / "tokenizer.json").write_text("{}")
+    return path
+
+
 def arithmetic_rows(n: int, start: int = 10) -> list[dict[str, str]]:
     return [
         {"question": f"What is {start + i} + {i + 3}?", "answer": str(start + 2 * i + 3)}

@@ -214,6 +214,8 @@ def test_vs_reference_gate_fails_a_worse_model(project: BenchmarkProject) -> Non
         ]
     )
     assert "FAILED evals/alpha.yaml::alpha--model-b" in result.stdout.str()
+    # Its mean is above gate.min_avg_reward: the summary row says what failed it.
+    result.stdout.fnmatch_lines(["alpha  *model-b  *>= 0.1  FAIL: vs_reference  *"])
 
 
 def test_vs_reference_gate_passes_within_max_drop_and_warns_below_detectable(
@@ -251,6 +253,7 @@ def test_pass_at_k_in_metadata_junit_and_gate(project: BenchmarkProject) -> None
     result = project.run("--junitxml=report.xml")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*metric pass@4 = 0.* < gate.min_metrics.pass@4 0.99*"])
+    result.stdout.fnmatch_lines(["alpha  *FAIL: metrics  *"])
     result.stdout.fnmatch_lines(["*pass@k: pass@1 0.* ± 0.*, pass@2 0.*, pass@4 0.*"])
     (run_dir,) = project.run_dirs("alpha")
     meta = json.loads((run_dir / "metadata.json").read_text())

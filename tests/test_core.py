@@ -204,23 +204,19 @@ def test_yaml_errors_are_collection_errors_naming_file_and_field(
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        (None, "data file * does not exist"),
         ('{"question": "q", "answer": "1"}\nnot json\n', "*alpha.jsonl:2: not valid JSON*"),
         ('{"question": "q"}\n', "*alpha.jsonl:1: missing 'answer'*"),
     ],
 )
 def test_bad_file_qa_data_names_file_and_line(
-    project: BenchmarkProject, content: str | None, expected: str
+    project: BenchmarkProject, content: str, expected: str
 ) -> None:
     project.add("alpha")
-    data = project.evals / "data" / "alpha.jsonl"
-    if content is None:
-        data.unlink()
-    else:
-        data.write_text(content)
+    (project.evals / "data" / "alpha.jsonl").write_text(content)
     result = project.run()
     # The environment loads in setup, before any server: a broken dataset is an error of the
-    # benchmark, like a missing environment, not a failure of the model.
+    # benchmark, not a failure of the model. (A missing file, or environment, is found
+    # earlier, at collection: tests/test_precheck.py.)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*{expected}*"])
     assert "Traceback" not in result.stdout.str()
@@ -229,11 +225,11 @@ def test_bad_file_qa_data_names_file_and_line(
 def test_env_not_installed_errors_with_install_hint(project: BenchmarkProject) -> None:
     (project.evals / "gsm.yaml").write_text("env_id: gsm8k-nonexistent\n")
     result = project.run()
-    result.assert_outcomes(errors=1)
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error: nothing started
     result.stdout.fnmatch_lines(
         ["*env_id: environment 'gsm8k-nonexistent' is not installed*uv pip install*"]
     )
-    assert project.server.stats().get("chat_requests", 0) == 0
+    assert project.server.stats().get("models_requests", 0) == 0
 
 
 def test_unreachable_endpoint_fails_fast_once(project: BenchmarkProject) -> None:
@@ -503,25 +499,25 @@ def test_time_waiting_for_a_request_slot_is_not_generation_time(
 def test_a_close_bundled_environment_is_suggested(project: BenchmarkProject) -> None:
     (project.evals / "qa.yaml").write_text("env_id: fileqa\n")
     result = project.run()
-    result.assert_outcomes(errors=1)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
         ["*env_id: environment 'fileqa' is not installed; did you mean 'file-qa', bundled*"]
     )
 
 
-@pytest.mark.parametrize(
-    ("override", "source"),
-    [
-        ("env_args.pathh=x.jsonl", "--override env_args.pathh: "),
-        ("env_args.path=nope.jsonl", "--override env_args.path: "),
-    ],
-)
 def test_an_env_args_mistake_given_by_override_names_the_override(
-    project: BenchmarkProject, override: str, source: str
+    project: BenchmarkProject,
 ) -> None:
     project.add("alpha", n=2)
-    result = project.run("--override", override)
+    # Found when the environment loads (setup): the override it rejected.
+    result = project.run("--override", "env_args.pathh=x.jsonl")
     result.assert_outcomes(errors=1)
     [line] = [x for x in result.stdout.lines if x.startswith("alpha (test-model): ERROR:")]
-    assert line.startswith(f"alpha (test-model): ERROR: {source}"), line
+    assert line.startswith("alpha (test-model): ERROR: --override env_args.pathh: "), line
     assert "alpha.yaml" not in line.split(": environment")[0]
+    # Found at collection: a bundled environment's data file that does not exist.
+    missing = project.run("--override", "env_args.path=nope.jsonl")
+    assert missing.ret == pytest.ExitCode.INTERRUPTED
+    missing.stdout.fnmatch_lines(
+        ["  env_args.path (from --override): data file */evals/nope.jsonl does not exist*"]
+    )

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, BenchmarkProject
+from tests.conftest import REPO, BenchmarkProject, write_model_dir
 from tests.support.vllm_check import FAKE_VLLM_ROOT
 
 MODEL = "fake-model"  # a directory in the project, so no model hub is consulted
@@ -32,8 +32,7 @@ class LocalRuns:
         self.project = project
         self.starts = starts
         self.stops = starts.with_name("stops.jsonl")
-        project.pytester.mkdir(MODEL)
-        (project.pytester.path / MODEL / "config.json").write_text("{}")  # what vLLM loads
+        write_model_dir(project.pytester.path / MODEL)
 
     def run(self, *extra: str) -> pytest.RunResult:
         # `--opt=VALUE`: pytest picks its rootdir before the plugin's options are known, and

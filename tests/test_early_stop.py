@@ -80,6 +80,9 @@ def test_far_below_fails_as_early_with_the_deciding_interval(project: BenchmarkP
             "lies entirely below it, decided after*(early stop)*"
         ]
     )
+    # The sequence decided against the threshold: the verdict names it.
+    assert _props(project)["gate_failed"] == "threshold"
+    result.stdout.fnmatch_lines(["big  *>= 0.6  FAIL: threshold  *"])
 
 
 def test_near_the_threshold_runs_to_the_end(project: BenchmarkProject) -> None:

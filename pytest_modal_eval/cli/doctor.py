@@ -150,7 +150,7 @@ def check_benchmarks(project: Project) -> list[Check]:
 
     checks = []
     for path in find_benchmark_files(project, []):
-        row = describe(path)
+        row = describe(path, load=False)  # what every run checks; --collect-only loads too
         label = f"benchmark {path.name}"
         if "error" in row:
             checks.append(
@@ -170,6 +170,15 @@ def check_benchmarks(project: Project) -> list[Check]:
                     FAIL,
                     f"environment {row['env_id']!r} not installed",
                     str(missing_environment(row["env_id"])),
+                )
+            )
+        elif row["problems"]:
+            checks.append(
+                Check(
+                    label,
+                    FAIL,
+                    row["problems"][0],
+                    f"fix {path} (`pytest-modal-eval benchmarks {path}` lists every problem)",
                 )
             )
         else:

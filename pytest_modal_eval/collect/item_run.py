@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +27,7 @@ from pytest_modal_eval.collect.context import EvalContext, endpoint_source
 from pytest_modal_eval.collect.early_comparisons import early_comparisons
 from pytest_modal_eval.collect.example_reports import STATUS_KEY, PassedExampleLog, example_status
 from pytest_modal_eval.collect.items import BenchmarkItem
+from pytest_modal_eval.collect.precheck import env_args_source
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.exceptions import (
     DirectClientError,
@@ -90,10 +89,8 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
             "id or a local directory); deselect evaluations with -m 'not eval'."
         )
     config = item.benchmark.config
-    env_problem = verifiers_adapter.missing_environment(config.env_id)
-    if env_problem:
-        raise EvalProblem(f"{item.path}: env_id: {env_problem}")
-    # First, while the process is small (see read_stored).
+    # (The environment is installed and a bundled one's data files are there: collection
+    # checked, collect/precheck.py.) First, while the process is small (see read_stored).
     snapshot: Any = item.funcargs["snapshot"]
     stored = read_stored(snapshot)
     request = item.server_request
@@ -201,23 +198,6 @@ def release(session: EvalContext, item: BenchmarkItem) -> None:
         reference_board(session).post_failure(
             item.nodeid, f"{item.nodeid} did not finish its evaluation (see its report)"
         )
-
-
-def env_args_source(path: Path, overrides: Sequence[tuple[str, Any]], message: str) -> str:
-    """Where the ``env_args`` an environment rejected came from: the ``--override`` whose key
-    the message names (``'pathh'`` or ``env_args.pathh`` for ``--override env_args.pathh=X``),
-    else the YAML with the ``env_args`` overrides given, else the YAML alone."""
-    given = [key for key, _ in overrides if key == "env_args" or key.startswith("env_args.")]
-    named = [
-        key
-        for key in given
-        if key != "env_args" and (key in message or f"'{key.rsplit('.', 1)[-1]}'" in message)
-    ]
-    if named:
-        return f"--override {', '.join(named)}"
-    if given:
-        return f"{path} (env_args with --override {', '.join(given)})"
-    return str(path)
 
 
 def evaluate(session: EvalContext, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:

@@ -19,6 +19,9 @@ from pytest_modal_eval.exceptions import BenchmarkError
 class Benchmark:
     path: Path
     config: BenchmarkConfig
+    #: The ``--override`` values applied over the YAML (key, value), in order: where a value
+    #: that is not the YAML's came from.
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     @property
     def name(self) -> str:
@@ -62,7 +65,7 @@ def load_benchmark(path: Path, overrides: list[tuple[str, Any]] | None = None) -
             f"{path}: chat_template: file {template!r} not found (paths are relative to "
             "the benchmark YAML)"
         )
-    return Benchmark(path=path, config=config)
+    return Benchmark(path=path, config=config, overrides=tuple(overrides or ()))
 
 
 def _explain(path: Path, exc: ValidationError, overrides: list[tuple[str, Any]]) -> str:

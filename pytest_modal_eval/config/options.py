@@ -154,6 +154,17 @@ def add_options(parser: pytest.Parser) -> None:
         "directory.",
     )
     group.addoption(
+        "--eval-collect-quick",
+        dest="modal_eval_collect_quick",
+        action="store_true",
+        default=False,
+        help="with --collect-only: check each benchmark without loading its environment (the "
+        "YAML, --override, the environment installed, a bundled environment's data files, a "
+        "local --model's files), as every run's collection does; for tools that collect "
+        "often, such as an editor's test discovery. -v then prints no plan. Default: load "
+        "each environment, a full check.",
+    )
+    group.addoption(
         "--eval-lock-timeout",
         dest="modal_eval_lock_timeout",
         metavar="SECONDS",
@@ -221,6 +232,8 @@ class Settings:
     secret_env: tuple[str, ...] = ()  # ini modal_eval_secret_env: more secret variables
     # Seconds a benchmark waits for a run another process evaluates; None: as long as it takes.
     lock_timeout_s: float | None = DEFAULT_LOCK_TIMEOUT_S
+    # --eval-collect-quick: --collect-only loads no environment.
+    collect_quick: bool = False
 
     @property
     def model(self) -> str | None:
@@ -304,6 +317,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         gpu_prices=_gpu_prices(config.getini("modal_eval_gpu_prices") or []),
         secret_env=tuple(config.getini("modal_eval_secret_env") or ()),
         lock_timeout_s=_lock_timeout(option("modal_eval_lock_timeout"), ini),
+        collect_quick=bool(option("modal_eval_collect_quick")),
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from pytest_modal_eval.collect.context import EvalContext
+from pytest_modal_eval.collect.plans import BenchmarkPlans
 from pytest_modal_eval.collect.server_plan import FinishedItems
 from pytest_modal_eval.report.interrupted import InterruptNotice
 from pytest_modal_eval.report.progress import LiveProgress
@@ -66,6 +67,7 @@ class ControllerSession:
         )
         self.share = share
         self.broker: Broker | None = None
+        self.plans = BenchmarkPlans(session)
 
     def _keepers(self) -> list[SummaryCollector | SessionReport | SessionShare | FinishedItems]:
         """The objects that keep something of each report."""
@@ -139,13 +141,21 @@ class ControllerSession:
             self.notice.write(reporter, workers=self.broker is not None)
         return result
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Runs on the controller once the selection is final: under ``--collect-only -v``,
+        the benchmarks to plan (printed with the summary)."""
+        if self.config.option.collectonly and self.config.get_verbosity() > 0:
+            self.plans.add(session.items)
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """Runs on the controller: what was shared, where the report is, the summary table."""
+        """Runs on the controller: what was shared, where the report is, the summary table;
+        under ``--collect-only -v``, each selected benchmark's plan."""
         if self.share is not None:
             self.share.write(terminalreporter)
         if self.report is not None:
             self.report.say_where(terminalreporter)
         self.summary.write(terminalreporter)
+        self.plans.write(terminalreporter)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
