@@ -2,9 +2,9 @@
 starts, in ``pytest --collect-only`` (which also loads each environment and, with ``-v``,
 prints each benchmark's plan) and in ``pytest-modal-eval benchmarks``.
 
-The endpoint is ``tests/support/openai_server.py`` (its request counter shows nothing was
-asked of it) and ``--backend local`` runs the fake vLLM of ``tests/support/fake_vllm`` (its
-start log shows no server was started).
+The endpoint is ``tests/support/openai_server.py`` (its counter of every request, to any path,
+shows nothing was asked of it) and ``--backend local`` runs the fake vLLM of
+``tests/support/fake_vllm`` (its start log shows no server was started).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ def _broken_benchmarks(project: BenchmarkProject) -> None:
     (project.evals / "typo.yaml").write_text("env_id: file-qa\ngate: {min_avg_rewrd: 0.5}\n")
 
 
-def _requests(project: BenchmarkProject) -> tuple[int, int]:
-    stats = project.server.stats()
-    return stats.get("models_requests", 0), stats.get("chat_requests", 0)
+def _requests(project: BenchmarkProject) -> int:
+    """Requests the endpoint received, to any path (its model list, a chat, a health check)."""
+    return int(project.server.stats().get("requests", 0))
 
 
 def test_collect_only_names_each_broken_benchmark_and_asks_nothing(
@@ -67,7 +67,19 @@ def test_collect_only_names_each_broken_benchmark_and_asks_nothing(
     )
     assert "<BenchmarkItem good>" in out and "Traceback" not in out
     assert "4 errors" in out
-    assert _requests(project) == (0, 0)
+    assert _requests(project) == 0
+    # A mistyped --override key is a usage error, said with the fix; a value of the wrong
+    # type, an error of the benchmark it does not fit.
+    override = project.run("--co", "evals/good.yaml", "--override", "gate.min_avg_rewrd=0.5")
+    assert override.ret == pytest.ExitCode.USAGE_ERROR
+    override.stderr.fnmatch_lines(
+        ["*--override gate.min_avg_rewrd: unknown key*(did you mean 'min_avg_reward'?)*"]
+    )
+    mistyped = project.run("--co", "evals/good.yaml", "--override", "eval.rollouts=many")
+    assert mistyped.ret == pytest.ExitCode.INTERRUPTED
+    mistyped.stdout.fnmatch_lines(["*eval.rollouts*many*"])
+    assert "Traceback" not in override.stderr.str() + mistyped.stdout.str()
+    assert _requests(project) == 0
     # -k selects among the benchmarks that can be collected; the others stay errors.
     selected = project.run("--co", "-q", "-k", "good")
     assert selected.ret == pytest.ExitCode.INTERRUPTED
@@ -78,7 +90,7 @@ def test_collect_only_names_each_broken_benchmark_and_asks_nothing(
     assert (
         run.ret == pytest.ExitCode.INTERRUPTED and "3 errors during collection" in run.stdout.str()
     )
-    assert _requests(project) == (0, 0)
+    assert _requests(project) == 0
     # Its own benchmark fixed, one of them runs with the rest left out of the session.
     project.run("evals/good.yaml").assert_outcomes(passed=1)
 
@@ -90,11 +102,16 @@ def test_collect_only_verbose_prints_the_configuration_and_the_plan(
     project.server.configure(accuracy=0.8)
     project.run("--snapshot-update").assert_outcomes(passed=1)  # a stored baseline
     project.server.configure(reset_stats=True)
+    # Settings from the ini file are shown with the command line's.
+    project.pytester.makeini(
+        "[pytest]\naddopts = -p no:randomly\nmodal_eval_api_key_env = MY_EVAL_KEY\n"
+        "modal_eval_report = ini-report.html\n"
+    )
     result = project.run(
         "--co", "-v", "--override", "eval.rollouts=1", "--override", "sampling.temperature=0.3"
     )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    assert _requests(project) == (0, 0)
+    assert _requests(project) == 0
     result.stdout.fnmatch_lines(
         [
             "*benchmark plans*",
@@ -122,6 +139,8 @@ def test_collect_only_verbose_prints_the_configuration_and_the_plan(
             "    - test-model",
             "    backend: endpoint",
             f"    base_url: {project.server.base_url}",
+            "    api_key_env: MY_EVAL_KEY",
+            "*    report: *ini-report.html",
         ]
     )
     # The figure is the power module's for that noise: a 0/1 baseline at its solved share.
@@ -178,4 +197,4 @@ def test_benchmarks_command_lists_a_missing_data_file_as_broken(
     as_json = json.loads(CliRunner().invoke(main, ["benchmarks", "--json", "--quick"]).stdout)
     problems = {row.get("name"): row.get("problems") for row in as_json}
     assert problems["good"] == [] and len(problems["nodata"]) == 1
-    assert _requests(project) == (0, 0)
+    assert _requests(project) == 0
