@@ -197,4 +197,15 @@ def test_benchmarks_command_lists_a_missing_data_file_as_broken(
     as_json = json.loads(CliRunner().invoke(main, ["benchmarks", "--json", "--quick"]).stdout)
     problems = {row.get("name"): row.get("problems") for row in as_json}
     assert problems["good"] == [] and len(problems["nodata"]) == 1
+    # Checked with --override, as pytest would run it.
+    good = ["benchmarks", "evals/good.yaml"]
+    moved = CliRunner().invoke(main, [*good, "--override", "env_args.path=nope.jsonl"])
+    assert moved.exit_code == 1
+    assert "env_args.path (from --override): data file " in moved.stderr
+    assert "evals/nope.jsonl does not exist" in moved.stderr
+    wrong_type = CliRunner().invoke(main, [*good, "--override", "eval.rollouts=many"])
+    assert wrong_type.exit_code == 1 and "eval.rollouts" in wrong_type.stderr
+    typo = CliRunner().invoke(main, [*good, "--override", "gate.min_avg_rewrd=0.5"])
+    assert typo.exit_code == 2  # a usage error, as pytest's
+    assert "did you mean 'min_avg_reward'?" in typo.stderr
     assert _requests(project) == 0

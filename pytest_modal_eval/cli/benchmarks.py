@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from pytest_modal_eval.cli.common import echo_json, json_option, say, table
+from pytest_modal_eval.cli.common import echo_json, json_option, parsed_overrides, say, table
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.collect.items import matches_benchmark_patterns
 from pytest_modal_eval.collect.precheck import LoadCache, problems_message
@@ -43,15 +44,20 @@ def find_benchmark_files(project: Project, paths: list[Path]) -> list[Path]:
     return sorted(found)
 
 
-def describe(path: Path, load: bool = True, cache: LoadCache | None = None) -> dict[str, Any]:
-    """A benchmark file as a row: its settings, and the problems collection would find
-    (``collect/precheck.py``; with ``load``, the environment is loaded as ``pytest
-    --collect-only`` loads it), or the YAML's error."""
+def describe(
+    path: Path,
+    load: bool = True,
+    cache: LoadCache | None = None,
+    overrides: Sequence[tuple[str, Any]] = (),
+) -> dict[str, Any]:
+    """A benchmark file as a row: its settings with ``overrides`` (``--override``'s), and the
+    problems collection would find (``collect/precheck.py``; with ``load``, the environment is
+    loaded as ``pytest --collect-only`` loads it), or the YAML's error."""
     from pytest_modal_eval.client.verifiers_adapter import missing_environment
     from pytest_modal_eval.collect.precheck import load_problems, quick_problems
 
     try:
-        benchmark = load_benchmark(path)
+        benchmark = load_benchmark(path, list(overrides))
     except BenchmarkError as exc:
         return {"file": str(path), "error": str(exc)}
     config = benchmark.config
@@ -98,18 +104,29 @@ def _gate_text(gate: dict[str, Any]) -> str:
     "bundled environment's data files (as every pytest run does). Default: load each, as "
     "pytest --collect-only does.",
 )
+@click.option(
+    "--override",
+    "overrides",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="as for pytest, e.g. env_args.path=data/other.jsonl: each benchmark is checked with "
+    "it. Repeatable.",
+)
 @json_option
-def benchmarks(paths: tuple[Path, ...], quick: bool, as_json: bool) -> None:
+def benchmarks(
+    paths: tuple[Path, ...], quick: bool, overrides: tuple[str, ...], as_json: bool
+) -> None:
     """List the benchmark YAMLs pytest would collect (PATHS: files or directories), each
-    checked as pytest --collect-only checks it: the YAML, the environment installed and
-    loading with its env_args, a bundled environment's data files.
+    checked as pytest --collect-only checks it: the YAML and --override, the environment
+    installed and loading with its env_args, a bundled environment's data files.
 
     Exit status 1 when any of them cannot run; the errors say which field to fix.
     """
+    parsed = parsed_overrides(overrides)
     project = Project.find()
     cache: LoadCache = {}
     rows = [
-        describe(path, load=not quick, cache=cache)
+        describe(path, load=not quick, cache=cache, overrides=parsed)
         for path in find_benchmark_files(project, list(paths))
     ]
     bad = [row for row in rows if "error" in row or row["problems"]]
