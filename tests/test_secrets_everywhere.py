@@ -342,6 +342,24 @@ def test_a_refused_endpoint_check_shows_no_secret(
     _assert_no_secret(project, out, [])
 
 
+def test_the_plan_shows_no_secret(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--co -v`` prints each benchmark's resolved configuration (a secret ``env_args`` value,
+    a judge's key variable) and the session's settings (the key's variable): names, never
+    values."""
+    _hostile_project(project, monkeypatch)
+    result = project.pytester.runpytest_subprocess(
+        *project.args("--api-key-env", "AZURE_OPENAI_KEY", "--co", "-v")
+    )
+    out = "\n".join(result.outlines + result.errlines)
+    assert result.ret == pytest.ExitCode.OK, out
+    assert "      api_key: '[secret " in out and "api_key_var: ACME_JUDGE" in out, out
+    assert "api_key_env: AZURE_OPENAI_KEY" in out, out
+    assert project.server.stats().get("requests", 0) == 0
+    _assert_no_secret(project, out, [])
+
+
 def _checked_run(project: BenchmarkProject, result: pytest.RunResult) -> str:
     """The session's terminal output, after checking that the run happened: the key was
     sent (the server demands it), some examples errored with the echo and the others were
