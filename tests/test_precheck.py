@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from pytest_modal_eval.cli import main
 from tests.conftest import BenchmarkProject
-from tests.test_deployments import MODEL, LocalRuns, local  # noqa: F401 (the fixture)
+from tests.test_deployments import MODEL, XDIST, LocalRuns, local  # noqa: F401 (the fixture)
 
 
 def _broken_benchmarks(project: BenchmarkProject) -> None:
@@ -156,12 +156,18 @@ def test_collect_only_verbose_prints_the_configuration_and_the_plan(
     assert len(project.run_dirs("alpha")) == 1
 
 
-def test_a_missing_data_file_fails_before_a_local_server_starts(local: LocalRuns) -> None:  # noqa: F811
+@XDIST
+def test_a_missing_data_file_fails_before_a_local_server_starts(
+    local: LocalRuns,  # noqa: F811
+    dist: list[str],
+) -> None:
     local.project.add("alpha", n=3)
     local.project.add("beta", n=3)
     (local.project.evals / "data" / "beta.jsonl").unlink()
-    result = local.run()
+    result = local.run(*dist)
     assert result.ret == pytest.ExitCode.INTERRUPTED
+    # Under xdist too: xdist would run alpha, which collected; the session stops instead.
+    result.stdout.fnmatch_lines(["*Interrupted: 1 error during collection*"])
     result.stdout.fnmatch_lines(["*evals/beta.yaml: this benchmark cannot run", "*env_args.path:*"])
     assert local.started() == []
 

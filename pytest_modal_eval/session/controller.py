@@ -68,6 +68,7 @@ class ControllerSession:
         self.share = share
         self.broker: Broker | None = None
         self.plans = BenchmarkPlans(session)
+        self.collection_errors = 0  # benchmarks' collection errors workers reported (xdist)
 
     def _keepers(self) -> list[SummaryCollector | SessionReport | SessionShare | FinishedItems]:
         """The objects that keep something of each report."""
@@ -156,6 +157,20 @@ class ControllerSession:
             self.report.say_where(terminalreporter)
         self.summary.write(terminalreporter)
         self.plans.write(terminalreporter)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Under xdist, a benchmark's collection error reaches the controller from a worker,
+        and xdist would run the items that did collect: the session stops instead, before any
+        item asks for a server, as pytest stops on a collection error without xdist (unless
+        ``--continue-on-collection-errors``)."""
+        if not report.failed or self.config.option.continue_on_collection_errors:
+            return
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        if dsession is None or Path(report.nodeid.split("::")[0]).suffix not in (".yaml", ".yml"):
+            return  # without xdist pytest stops; another kind of file is xdist's business
+        self.collection_errors += 1
+        count = self.collection_errors
+        dsession.shouldstop = f"{count} error{'s' * (count != 1)} during collection"
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
