@@ -46,7 +46,8 @@ def test_collect_only_names_each_broken_benchmark_and_asks_nothing(
     result.stdout.fnmatch_lines(
         [
             "*evals/badarg.yaml: this benchmark cannot run",
-            "*environment 'file-qa' rejected env_args*pathh*",
+            "*environment 'file-qa' rejected env_args*pathh'; the env_args it takes: path, "
+            "system_prompt",
         ]
     )
     result.stdout.fnmatch_lines(

@@ -76,8 +76,9 @@ BROKEN_CLASSIC = {
         r"'PYTEST_MODAL_EVAL_UNSET_TOKEN' \(at \S*loader_raises\.py:5\)$",
     ),
     "no_such_arg": (
-        "def load_environment(path):\n    raise AssertionError('not called')\n",
-        r"^environment 'no-such-arg' rejected env_args: .*unexpected keyword argument 'pth'",
+        "def load_environment(path, *, seed=0):\n    raise AssertionError('not called')\n",
+        r"^environment 'no-such-arg' rejected env_args: .*unexpected keyword argument 'pth'; "
+        r"the env_args it takes: path, seed$",
     ),
     "needs_dep": (
         "import not_a_real_package_xyz\n\n\ndef load_environment():\n    pass\n",

@@ -156,8 +156,31 @@ def _load_error(env_id: str, exc: Exception) -> EnvironmentLoadError:
             "taskset, it needs verifiers 0.4: `uv pip install 'verifiers>=0.4,<0.5'`"
         )
     if isinstance(original, TypeError) and environment_frame(original, module) is None:
-        return EnvironmentLoadError(f"environment {env_id!r} rejected env_args: {original}")
+        return EnvironmentLoadError(
+            f"environment {env_id!r} rejected env_args: {original}{_arguments_taken(env_id)}"
+        )
     return load_failure(env_id, "loading it", original, module)
+
+
+def _arguments_taken(env_id: str) -> str:
+    """``; the env_args it takes: path, seed``: the keyword arguments of the environment's
+    ``load_environment()`` (the fix for a rejected one); nothing when it takes any
+    (``**kwargs``) or its signature cannot be read."""
+    try:
+        module = importlib.import_module(BUNDLED.get(env_id, module_name(env_id)))
+        parameters = list(inspect.signature(module.load_environment).parameters.values())
+    except Exception:  # the message is complete without it
+        return ""
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return ""
+    names = [
+        p.name
+        for p in parameters
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        # a bundled environment's base_dir is the benchmark's directory, given by the plugin
+        and not (env_id in BUNDLED and p.name == "base_dir")
+    ]
+    return f"; the env_args it takes: {', '.join(names) or 'none'}"
 
 
 def _version() -> str:
