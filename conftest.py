@@ -27,8 +27,10 @@ def pytest_modal_eval_finished(item: pytest.Item, outcome: RunOutcome, verdict: 
         return
     from pytest_modal_eval.stats.format import describe_score
 
-    mark = "PASS" if verdict.passed else "FAIL"
-    line = f"- **{item.name}** {mark}: {describe_score(outcome)}; run `{outcome.run_dir}`\n"
+    # verdict.label: PASS, or FAIL with what failed it (FAIL: baseline)
+    line = (
+        f"- **{item.name}** {verdict.label}; {describe_score(outcome)}; run `{outcome.run_dir}`\n"
+    )
     # One write in append mode per line: lines from several xdist workers do not interleave.
     with open(summary_file, "a", encoding="utf-8") as out:
         out.write(line)

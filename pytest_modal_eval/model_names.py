@@ -2,10 +2,10 @@
 run directories' names.
 
 A model id has one spelling for people and paths, its label (:func:`model_label`). A run
-directory's name puts before it what kind of name it is (``local--`` a directory, ``default--``
-an id without an organisation: :func:`model_slug`), so that ``org/x`` and a directory named
-``x`` never share runs. Which weights a name stands for is another matter, the answer key's
-(``runs/identity.py``).
+directory's name is the label, with ``local--`` before a directory's (:func:`model_slug`), so
+that ``org/x`` and a directory named ``x`` never share runs; runs stored under an earlier
+spelling (:func:`earlier_model_slugs`) stay found. Which weights a name stands for is another
+matter, the answer key's (``runs/identity.py``).
 
 Standard library only: the servers' layer names its Modal apps' tags with these, and the Modal
 container imports that module without this plugin's dependencies.
@@ -30,23 +30,33 @@ def model_label(model: str) -> str:
 
 def model_slug(model: str) -> str:
     """The model's part of a run directory's name: its :func:`model_label`, after the kind of
-    name it is: ``org/name`` -> ``org--name``; ``name`` -> ``default--name``; a local directory
-    -> ``local--dirname`` (named by the directory a symlink points to, so a renamed link keeps
-    its runs)."""
+    name it is where the label alone could be mistaken for another: ``org/name`` ->
+    ``org--name``; ``name`` -> ``name``; a local directory -> ``local--dirname`` (named by the
+    directory a symlink points to, so a renamed link keeps its runs). An id without an
+    organisation whose label holds ``--`` (no Hub id does; a served name may) is
+    ``default--<label>``, so that it never reads as an ``org/name`` or a directory's slug."""
     path = Path(model).expanduser()
     if path.is_dir():
         return f"local--{model_label(str(path.resolve()))}"
-    if len([p for p in model.split("/") if p]) > 1:
-        return model_label(model)
-    return f"default--{model_label(model)}"
+    label = model_label(model)
+    if len([p for p in model.split("/") if p]) > 1 or "--" not in label:
+        return label
+    return f"default--{label}"
 
 
-def legacy_model_slug(model: str) -> str:
-    """The run-directory slug of runs made before the slug was spelled from the label. It
-    differs from :func:`model_slug` only for ids with characters the label replaces (a space,
-    ``~`` not expanded, ...); such a model's existing runs are found under this name."""
+def earlier_model_slugs(model: str) -> list[str]:
+    """The slugs runs of ``model`` were stored under by earlier spellings, other than
+    :func:`model_slug`'s, newest first: an id without an organisation was ``default--<label>``,
+    and before slugs were spelled from the label, the id's plain spelling (``/`` as ``--``,
+    nothing replaced: ``org--a b``). Such runs are found and continued under those names."""
     path = Path(model)
     if path.is_dir():
-        return f"local--{path.resolve().name}"
-    parts = [p for p in model.strip("/").split("/") if p]
-    return "--".join(parts) if len(parts) > 1 else f"default--{parts[0]}"
+        earlier = [f"local--{path.resolve().name}"]
+    else:
+        parts = [p for p in model.strip("/").split("/") if p]
+        if len(parts) > 1:
+            earlier = ["--".join(parts)]
+        else:
+            earlier = [f"default--{model_label(model)}", f"default--{parts[0] if parts else ''}"]
+    current = model_slug(model)
+    return [slug for slug in dict.fromkeys(earlier) if slug != current]

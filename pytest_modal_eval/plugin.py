@@ -121,8 +121,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.detach is not None:
         _register_detached(config, session, spec.runs_here)
         return
-    # A server started on this machine reads a local --model directory itself.
-    if spec.runs_here and not config.option.collectonly:
+    # A server started on this machine reads a local --model directory itself (checked under
+    # --collect-only too: it needs no request).
+    if spec.runs_here:
         _check_local_models(settings.models)
     try:
         sharing = share.configure(config, settings.output_dir, redactor)

@@ -665,10 +665,14 @@ def mask_mapping(values: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """``env_args`` with the value under every secret-named key (at any depth, in mappings and
     lists) replaced by :func:`keyed` of it (of its ``repr`` when it is not a string), and the
     ``user:password`` of every URL in a string by :func:`keyed` of it."""
+    return _mask_mapping(values, lambda found: keyed(found, key))
+
+
+def _mask_mapping(values: Mapping[str, Any], stand_in: Callable[[str], str]) -> dict[str, Any]:
     masked: dict[str, Any] = _replace_secrets(
         values,
-        lambda value: keyed(value if isinstance(value, str) else repr(value), key),
-        _urls_only(lambda found: keyed(found, key)),
+        lambda value: stand_in(value if isinstance(value, str) else repr(value)),
+        _urls_only(stand_in),
     )
     return masked
 
@@ -719,19 +723,33 @@ def _replace_url_userinfo(text: str, replace: Callable[[str], str]) -> str:
 def mask_config(config: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """A benchmark configuration as JSON (``BenchmarkConfig.model_dump``) with the secrets in
     ``env_args`` and ``vllm.extra_args`` replaced by :func:`keyed`: what run records hold."""
-    out = mask_profile(config, key)
+    return _mask_config(config, lambda found: keyed(found, key))
+
+
+def redacted_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`mask_config` with ``[redacted]`` for each secret: what is shown of a
+    configuration (``--collect-only -v``), where no stand-in has to be compared."""
+    return _mask_config(config, lambda _: REDACTED)
+
+
+def _mask_config(config: Mapping[str, Any], stand_in: Callable[[str], str]) -> dict[str, Any]:
+    out = _mask_profile(config, stand_in)
     if isinstance(out.get("env_args"), Mapping):
-        out["env_args"] = mask_mapping(out["env_args"], key)
+        out["env_args"] = _mask_mapping(out["env_args"], stand_in)
     return out
 
 
 def mask_profile(profile: Mapping[str, Any], key: bytes) -> dict[str, Any]:
     """A server profile (``ServerRequest.profile``) with its ``vllm.extra_args`` secrets replaced
     by :func:`keyed`: what ``run_config.json`` records as ``server_profile``."""
+    return _mask_profile(profile, lambda found: keyed(found, key))
+
+
+def _mask_profile(profile: Mapping[str, Any], stand_in: Callable[[str], str]) -> dict[str, Any]:
     out = dict(profile)
     vllm = out.get("vllm")
     if isinstance(vllm, Mapping) and vllm.get("extra_args"):
-        out["vllm"] = {**vllm, "extra_args": mask_args(vllm["extra_args"], key)}
+        out["vllm"] = {**vllm, "extra_args": _replace_secret_args(vllm["extra_args"], stand_in)}
     return out
 
 

@@ -127,6 +127,16 @@ def fake_server(fake_server_session: FakeServer) -> FakeServer:
     return fake_server_session
 
 
+def write_model_dir(path: Path) -> Path:
+    """A directory a local server accepts as a model (the checks read the files' names: a
+    ``config.json``, weights, a tokenizer); the test servers load nothing from it."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(b"")
+    (path / "tokenizer.json").write_text("{}")
+    return path
+
+
 def arithmetic_rows(n: int, start: int = 10) -> list[dict[str, str]]:
     return [
         {"question": f"What is {start + i} + {i + 3}?", "answer": str(start + 2 * i + 3)}
@@ -180,7 +190,7 @@ class BenchmarkProject:
         return self.pytester.runpytest_subprocess(*self.args(*extra))
 
     def run_dirs(self, name: str) -> list[Path]:
-        base = self.pytester.path / "outputs" / "evals" / f"{name}--default--test-model"
+        base = self.pytester.path / "outputs" / "evals" / f"{name}--test-model"
         return sorted(p for p in base.iterdir() if p.is_dir()) if base.exists() else []
 
 

@@ -486,6 +486,11 @@ def test_doctor_reads_the_key_variable_from_the_ini_as_pytest_does(
     assert result.exit_code == 1
     assert "answered HTTP 401" in result.stdout and "$OPENAI_API_KEY" in result.stdout
     assert "gateway-secret" not in result.stdout and "wrong-key" not in result.stdout
+    # A mistyped variable name: doctor says it is unset, and how to set it, as a run does.
+    typo = CliRunner().invoke(main, [*args, "--api-key-env", "GATEWAY_KEYY"])
+    assert typo.exit_code == 1
+    assert "$GATEWAY_KEYY, the variable --api-key-env names" in typo.stdout
+    assert "is not set" in typo.stdout and "export GATEWAY_KEYY=<key>" in typo.stdout
 
 
 def test_the_output_directory_has_one_rule_and_reads_the_ini_only_when_it_decides() -> None:

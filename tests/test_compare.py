@@ -98,15 +98,13 @@ def test_metadata_records_the_comparison_the_summary_prints(project: BenchmarkPr
     result.assert_outcomes(passed=2)
     runs = project.pytester.path / "outputs" / "evals"
     # Run directories only (the benchmark's directory also holds its lock file).
-    (reference_run,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
-    (challenger_run,) = [
-        p for p in (runs / f"alpha--default--{CHALLENGER}").iterdir() if p.is_dir()
-    ]
+    (reference_run,) = [p for p in (runs / "alpha--test-model").iterdir() if p.is_dir()]
+    (challenger_run,) = [p for p in (runs / f"alpha--{CHALLENGER}").iterdir() if p.is_dir()]
     meta = json.loads((challenger_run / "metadata.json").read_text())
     c = meta["vs_reference"]
     assert c["reference_model"] == REFERENCE
     assert c["reference_run_id"] == reference_run.name
-    assert c["reference_run_dir"] == f"../../alpha--default--test-model/{reference_run.name}"
+    assert c["reference_run_dir"] == f"../../alpha--test-model/{reference_run.name}"
     # The numbers the summary prints and the JUnit properties carry.
     line = next(x for x in result.stdout.lines if "(reference): reference" in x)
     assert (
@@ -157,15 +155,22 @@ def test_summary_notes_name_benchmark_and_model_and_are_said_once(
     assert sorted(subjects) == [
         "alpha (model-b)", "alpha (test-model)", "beta (model-b)", "beta (test-model)",
     ]  # fmt: skip
-    # The same command again: four finished runs, each only reported. One line says so of all
-    # four (each run's id is in the table, and on its "resumed" line).
+    # The same command again: four finished runs, each only reported. Each item's line names
+    # its run (a note is grouped only where its text is the same).
     again = project.run(*two_models(project, 0.9, 0.9))
     again.assert_outcomes(passed=4)
-    reused = [line for line in again.stdout.lines if "nothing to evaluate" in line]
+    reused = sorted(line for line in again.stdout.lines if "nothing to evaluate" in line)
+    runs = {
+        (row["benchmark"], row["model"]): row["run_id"]
+        for row in (json.loads(p.read_text()) for p in project.pytester.path.rglob("metadata.json"))
+    }
     assert reused == [
-        "alpha, beta (test-model, model-b): note: every selected example was finished in run "
-        "<run>: nothing to evaluate, nothing was asked of the endpoint but which model it serves"
+        f"{benchmark} ({model}): note: every selected example was finished in run "
+        f"{runs[benchmark, model]}: nothing to evaluate, nothing was asked of the endpoint but "
+        "which model it serves"
+        for benchmark, model in sorted(runs)
     ]
+    assert "<run>" not in again.stdout.str()
 
 
 def test_summary_notes_of_one_model_name_it_too(project: BenchmarkProject) -> None:
@@ -209,6 +214,8 @@ def test_vs_reference_gate_fails_a_worse_model(project: BenchmarkProject) -> Non
         ]
     )
     assert "FAILED evals/alpha.yaml::alpha--model-b" in result.stdout.str()
+    # Its mean is above gate.min_avg_reward: the summary row says what failed it.
+    result.stdout.fnmatch_lines(["alpha  *model-b  *>= 0.1  FAIL: vs_reference  *"])
 
 
 def test_vs_reference_gate_passes_within_max_drop_and_warns_below_detectable(
@@ -246,6 +253,7 @@ def test_pass_at_k_in_metadata_junit_and_gate(project: BenchmarkProject) -> None
     result = project.run("--junitxml=report.xml")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*metric pass@4 = 0.* < gate.min_metrics.pass@4 0.99*"])
+    result.stdout.fnmatch_lines(["alpha  *FAIL: metrics  *"])
     result.stdout.fnmatch_lines(["*pass@k: pass@1 0.* ± 0.*, pass@2 0.*, pass@4 0.*"])
     (run_dir,) = project.run_dirs("alpha")
     meta = json.loads((run_dir / "metadata.json").read_text())
@@ -372,8 +380,8 @@ def _stored_runs(project: BenchmarkProject, reference: float, challenger: float)
     result = project.run(*two_models(project, reference, challenger))
     result.assert_outcomes(passed=2)
     base = project.pytester.path / "outputs" / "evals"
-    (a,) = [p for p in (base / "alpha--default--test-model").iterdir() if p.is_dir()]
-    (b,) = [p for p in (base / "alpha--default--model-b").iterdir() if p.is_dir()]
+    (a,) = [p for p in (base / "alpha--test-model").iterdir() if p.is_dir()]
+    (b,) = [p for p in (base / "alpha--model-b").iterdir() if p.is_dir()]
     return [str(a), str(b)]
 
 
@@ -580,13 +588,13 @@ def test_a_regression_vs_the_reference_comes_with_an_interval_below_zero_everywh
     assert props["reference_diff_ci_level"] == "0.9"
     assert float(props["reference_diff_ci_high"]) < 0.0
     runs = project.pytester.path / "outputs" / "evals"
-    (run_b,) = [p for p in (runs / f"alpha--default--{CHALLENGER}").iterdir() if p.is_dir()]
+    (run_b,) = [p for p in (runs / f"alpha--{CHALLENGER}").iterdir() if p.is_dir()]
     c = json.loads((run_b / "metadata.json").read_text())["vs_reference"]
     assert (c["diff_ci_level"], c["regressed"]) == (0.9, True)
     assert c["diff_ci_high"] < 0.0 and c["p_value"] == pytest.approx(0.0461, abs=1e-4)
     report = _report(project)
     assert "[-0.136, -0.001] (90%)" in report and "(95%)" not in report
-    (run_a,) = [p for p in (runs / "alpha--default--test-model").iterdir() if p.is_dir()]
+    (run_a,) = [p for p in (runs / "alpha--test-model").iterdir() if p.is_dir()]
     status, out = _compare(str(run_a), str(run_b))
     assert status == 1 and BORDERLINE_CI in out and "FAIL: significant drop" in out, out
     doc = json.loads(_compare(str(run_a), str(run_b), "--json")[1])["comparison"]

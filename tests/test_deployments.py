@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, BenchmarkProject
+from tests.conftest import REPO, BenchmarkProject, write_model_dir
 from tests.support.vllm_check import FAKE_VLLM_ROOT
 
 MODEL = "fake-model"  # a directory in the project, so no model hub is consulted
@@ -34,8 +34,7 @@ class LocalRuns:
         self.project = project
         self.starts = starts
         self.stops = starts.with_name("stops.jsonl")
-        project.pytester.mkdir(MODEL)
-        (project.pytester.path / MODEL / "config.json").write_text("{}")  # what vLLM loads
+        write_model_dir(project.pytester.path / MODEL)
 
     def run(self, *extra: str) -> pytest.RunResult:
         # `--opt=VALUE`: pytest picks its rootdir before the plugin's options are known, and
@@ -166,9 +165,12 @@ def test_a_finished_run_starts_no_server(local: LocalRuns, dist: list[str]) -> N
     again = local.run(*dist, *first_two, "--override", "infra.gpu=A100")
     again.assert_outcomes(passed=2)
     assert len(local.started()) == 1
-    # One note for both benchmarks (notes that differ only by run id are said once).
+    # A note for each benchmark, naming its run.
     again.stdout.fnmatch_lines(
-        ["alpha, beta (fake-model): note: *run <run>: nothing to evaluate, no server was started*"]
+        [
+            "alpha (fake-model): note: *run 2*: nothing to evaluate, no server was started*",
+            "beta (fake-model): note: *run 2*: nothing to evaluate, no server was started*",
+        ]
     )
     more = local.run(*dist)
     more.assert_outcomes(passed=2)

@@ -100,6 +100,9 @@ def test_far_below_fails_as_early_with_the_deciding_interval(project: BenchmarkP
             "lies entirely below it, decided after*(early stop)*"
         ]
     )
+    # The sequence decided against the threshold: the verdict names it.
+    assert _props(project)["gate_failed"] == "threshold"
+    result.stdout.fnmatch_lines(["big  *>= 0.6  FAIL: threshold  *"])
 
 
 def test_near_the_threshold_runs_to_the_end(project: BenchmarkProject) -> None:
@@ -221,7 +224,7 @@ def test_the_reference_comparison_stops_early_once_the_reference_finished(
 
 
 def _challenger(project: BenchmarkProject) -> dict[str, Any]:
-    runs = project.pytester.path / "outputs" / "evals" / "big--default--model-b"
+    runs = project.pytester.path / "outputs" / "evals" / "big--model-b"
     (metadata,) = runs.glob("*/metadata.json")
     data: dict[str, Any] = json.loads(metadata.read_text())
     return data

@@ -65,6 +65,13 @@ def test_real_drop_fails_and_lists_exactly_the_flipped_examples(
     assert props["solved_to_missed"] == ",".join(str(i) for i in flipped)
     assert float(props["baseline_diff"]) == pytest.approx(-len(flipped) / N)
     assert float(props["baseline_p_value"]) < 0.05
+    # The score is above the threshold: the summary row, JUnit and metadata.json say what
+    # failed the gate.
+    assert (props["verdict"], props["gate_failed"]) == ("fail", "baseline")
+    [row] = [line for line in result.stdout.lines if line.startswith("alpha  ")]
+    assert ">= 0.1  FAIL: baseline  " in row, row
+    [run_dir] = project.run_dirs("alpha")[-1:]
+    assert json.loads((run_dir / "metadata.json").read_text())["gate_failed"] == ["baseline"]
 
 
 def test_sampling_noise_of_realistic_size_passes(project: BenchmarkProject) -> None:
@@ -234,3 +241,24 @@ def test_game_payoffs_keep_their_range_and_gate_on_a_negative_threshold(tmp_path
     failed = decide(outcome, GateConfig(min_avg_reward=-0.5))
     assert not failed.passed
     assert "mean reward" in failed.reasons[0] and "< gate.min_avg_reward -0.5" in failed.reasons[0]
+
+
+def test_the_verdict_names_each_part_of_the_gate_that_failed_it(tmp_path) -> None:
+    """``failed_by`` (what the summary row, JUnit's ``gate_failed`` and the report show): each
+    part once, in the order of its first reason; PASS names none."""
+    from pytest_modal_eval.config.schema import GateConfig
+    from pytest_modal_eval.gate.verdict import decide, verdict_label
+    from pytest_modal_eval.runs.outcome import RunOutcome
+    from pytest_modal_eval.stats import summary as stats
+
+    summary = stats.summarize({str(i): [float(i % 2)] for i in range(10)})  # mean 0.5
+    outcome = RunOutcome(tmp_path, "r", 12, 1, summary, {10: "boom", 11: "boom"}, 0, {}, 0.0)
+    outcome.metric_means = {"format": 0.2}
+    gate = GateConfig(min_avg_reward=0.6, min_metrics={"format": 0.5, "length": 0.1})
+    verdict = decide(outcome, gate)
+    assert verdict.failed_by == ["errors", "threshold", "metrics"]
+    assert len(verdict.reasons) == 4  # both metrics fail it: one part, two reasons
+    assert verdict.label == "FAIL: errors, threshold, metrics"
+    tolerant = GateConfig(min_avg_reward=0.5, max_error_rate=0.2)
+    assert decide(outcome, tolerant).label == "PASS"
+    assert verdict_label(False) == "FAIL"  # a run recorded without the parts

@@ -469,16 +469,28 @@ def test_eval_endpoint_and_benchmarks_share_the_server_at_the_pinned_commit(
 def test_run_directories_are_named_by_the_label_and_earlier_names_are_still_found(
     tmp_path: Path,
 ) -> None:
-    from pytest_modal_eval.model_names import legacy_model_slug, model_slug
+    from pytest_modal_eval.model_names import earlier_model_slugs, model_slug
     from pytest_modal_eval.runs.paths import model_run_dir
 
-    assert model_slug("org/a b") == "org--a-b"  # the label's spelling, after the kind of name
-    assert legacy_model_slug("org/a b") == "org--a b"
+    assert model_slug("org/a b") == "org--a-b"  # the label's spelling
+    assert earlier_model_slugs("org/a b") == ["org--a b"]
+    # An id without an organisation is its name alone (no Hub id holds "--", so it cannot be
+    # read as org/name); a served name that holds "--" keeps the prefix.
+    assert model_slug("other") == "other"
+    assert model_slug("a--b") == "default--a--b"
+    assert earlier_model_slugs("other") == ["default--other"]
+    assert earlier_model_slugs("a b") == ["default--a-b", "default--a b"]
     # Ids whose label is their old spelling keep their directories' names.
-    for model in ("Qwen/Qwen3-8B", "test-model", str(tmp_path)):
-        assert model_slug(model) == legacy_model_slug(model), model
+    for model in ("Qwen/Qwen3-8B", str(tmp_path)):
+        assert earlier_model_slugs(model) == [], model
     assert model_run_dir(tmp_path, "b", "org/a b") == ("org--a-b", tmp_path / "b--org--a-b")
     (tmp_path / "b--org--a b").mkdir()  # runs of the earlier naming only: found there
     assert model_run_dir(tmp_path, "b", "org/a b") == ("org--a b", tmp_path / "b--org--a b")
     (tmp_path / "b--org--a-b").mkdir()  # once the label's directory exists, it is the one
     assert model_run_dir(tmp_path, "b", "org/a b") == ("org--a-b", tmp_path / "b--org--a-b")
+    assert model_run_dir(tmp_path, "b", "other") == ("other", tmp_path / "b--other")
+    (tmp_path / "b--default--other").mkdir()
+    assert model_run_dir(tmp_path, "b", "other") == (
+        "default--other",
+        tmp_path / "b--default--other",
+    )

@@ -176,7 +176,7 @@ def test_sessions_starting_together_continue_one_run(
     """Both find no run, and both would start one: the choosing lock makes the second continue
     the first's. (The test holds that lock until both sessions reach it.)"""
     project.add("alpha", n=N, extra_yaml=YAML)
-    bench = project.pytester.path / "outputs" / "evals" / "alpha--default--test-model"
+    bench = project.pytester.path / "outputs" / "evals" / "alpha--test-model"
     bench.mkdir(parents=True)
     held = FileLock(choosing_lock(bench))
     held.acquire()

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 from pytest_modal_eval.cli import main
 from pytest_modal_eval.exceptions import ServingError
 from pytest_modal_eval.serving.endpoint import ServerProfile
-from pytest_modal_eval.serving.preflight import find_vllm, model_dir_problem
+from pytest_modal_eval.serving.preflight import find_vllm, model_dir_problem, model_files_problem
 from pytest_modal_eval.serving.vllm.local import LocalVllmServer
-from tests.conftest import REPO, BenchmarkProject
+from tests.conftest import REPO, BenchmarkProject, write_model_dir
 from tests.support.vllm_check import FAKE_VLLM_ROOT
 
 
@@ -68,6 +68,16 @@ def test_model_directory_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     (tmp_path / "bare" / "config.json").write_text("{}")
     assert model_dir_problem("./bare") is None
     assert model_dir_problem("bare") is None  # an existing directory, however written
+    # What a server loads from it: weights and a tokenizer, unless vLLM is told otherwise.
+    assert "holds no weights (*.safetensors" in str(model_files_problem("./bare"))
+    no_tokenizer = model_files_problem("./bare", ["--load-format=dummy"])
+    assert no_tokenizer is not None and "holds no tokenizer (tokenizer.json" in no_tokenizer
+    (tmp_path / "bare" / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert "holds no tokenizer" in str(model_files_problem("./bare"))
+    assert model_files_problem("./bare", ["--tokenizer", "org/tok"]) is None
+    (tmp_path / "bare" / "tokenizer_config.json").write_text("{}")
+    assert model_files_problem("./bare") is None
+    assert model_files_problem("org/name") is None
 
 
 def test_find_vllm_accepts_the_cpu_build_and_names_the_cause_otherwise(
@@ -165,8 +175,7 @@ def test_an_interpreter_without_vllm_fails_in_one_line_before_vllm_starts(
 ) -> None:
     starts = fake_vllm_env(monkeypatch, tmp_path)
     project.add("alpha", n=2)
-    model = project.pytester.mkdir("tiny")
-    (model / "config.json").write_text("{}")
+    write_model_dir(project.pytester.path / "tiny")
     result = project.pytester.runpytest_subprocess(
         "--model=tiny", "--backend", "local", f"--vllm-python={no_vllm}"
     )
@@ -188,8 +197,7 @@ def test_server_logs_are_per_session_and_a_failed_start_leads_with_its_cause(
     fake_vllm_env(monkeypatch, tmp_path)
     python = interpreter(tmp_path, "python-cpu", [cpu_build_site(tmp_path)])
     project.add("alpha", n=2)
-    model = project.pytester.mkdir("tiny")
-    (model / "config.json").write_text("{}")
+    write_model_dir(project.pytester.path / "tiny")
     errors = []
     for _ in range(2):
         result = project.pytester.runpytest_subprocess(

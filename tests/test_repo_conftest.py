@@ -30,9 +30,9 @@ def test_each_benchmark_appends_its_line_to_the_job_summary(
     assert lines[0] == "# earlier step"  # appended, never overwritten
     assert len(lines) == 3
     by_name = {line.split("**")[1]: line for line in lines[1:]}
-    assert " PASS: " in by_name["passing"] and "95% CI [" in by_name["passing"]
-    assert " FAIL: " in by_name["failing"]
-    assert "outputs/evals/failing--default--test-model/" in by_name["failing"]
+    assert " PASS; " in by_name["passing"] and "95% CI [" in by_name["passing"]
+    assert " FAIL: threshold; " in by_name["failing"]
+    assert "outputs/evals/failing--test-model/" in by_name["failing"]
 
 
 def test_without_github_actions_nothing_is_written(

@@ -55,7 +55,7 @@ def test_report_of_a_real_run(project: BenchmarkProject, page: Any) -> None:  # 
     assert int(row.locator("td[data-field=errors]").inner_text()) == metadata["errors"]
     assert row.locator("td[data-field=n]").inner_text() == "40 \u00d7 1"
     assert row.locator("td[data-field=gate]").inner_text() == "≥ 0.9"
-    assert row.locator("td[data-field=verdict]").inner_text() == "FAIL"
+    assert row.locator("td[data-field=verdict]").inner_text() == "FAIL: threshold"
     assert row.locator("td[data-field=model]").inner_text() == metadata["model"]
 
     examples = page.locator("details.examples")
@@ -110,8 +110,9 @@ def test_report_command_builds_the_same_page(
     mean = page.locator("#overview td[data-field=mean]")
     assert _number(mean) == metadata["avg_reward"]
     assert page.locator("details.examples .count").inner_text() == f"{len(records)} examples"
-    # A stored run knows its gate from run_config.json; the verdict is the session's only.
+    # A stored run knows its gate and verdict (with what failed it) from its files.
     assert page.locator("#overview td[data-field=gate]").inner_text() == "≥ 0.9"
+    assert page.locator("#overview td[data-field=verdict]").inner_text() == "FAIL: threshold"
 
 
 def test_report_command_explains_a_directory_without_runs(tmp_path: Path) -> None:
@@ -142,7 +143,7 @@ def _three_models(project: BenchmarkProject, *extra: str) -> dict[str, Path]:
     assert result.ret == 0, result.stdout.str()
     runs = {}
     for model in MODELS:
-        benchmark_dir = project.pytester.path / "outputs" / "evals" / f"arith--default--{model}"
+        benchmark_dir = project.pytester.path / "outputs" / "evals" / f"arith--{model}"
         (run_dir,) = [path for path in benchmark_dir.iterdir() if path.is_dir()]
         runs[model] = run_dir
     return runs
@@ -218,6 +219,25 @@ def _check_comparison_view(page: Any, runs: dict[str, Path]) -> None:  # noqa: F
             for model, path in (("test-model", runs["test-model"]), (model, runs[model]))
         }
         assert all(answer in text for answer in answers.values()), text
+        # Each model's parsed answer (file-qa's \boxed{}), beside the expected one.
+        entry = table.locator(f"tr.row[data-id='{first}']")
+        parsed = {
+            model: next(
+                r["parsed_answer"]
+                for r in read_jsonl(path / "results.jsonl")
+                if str(r["example_id"]) == first
+            )
+            for model, path in (("test-model", runs["test-model"]), (model, runs[model]))
+        }
+        assert entry.locator("td.parsed.reference").inner_text() == parsed["test-model"]
+        assert entry.locator("td.parsed.challenger").inner_text() == parsed[model]
+        expected = next(
+            r["answer"]
+            for r in read_jsonl(runs[model] / "results.jsonl")
+            if str(r["example_id"]) == first
+        )
+        assert entry.locator("td.answer").inner_text() == expected
+        assert expected in parsed.values()  # they disagree: one of them is right
 
 
 def test_comparison_of_three_models(project: BenchmarkProject, page: Any, tmp_path: Path) -> None:  # noqa: F811
@@ -290,6 +310,73 @@ def test_prompt_column_shows_the_question(project: BenchmarkProject, page: Any) 
     row.locator("button.open").click()  # the whole prompt on expansion
     detail = examples.locator("tr.detail").inner_text()
     assert system.strip() in detail and question in detail
+
+
+#: A long reasoning with markup in it, whose answer is only at its end (beyond what a table
+#: cell or the page's first 1,000 characters of a text show).
+HOSTILE_REASONING = (
+    '<script>window.injected = 1</script><img src=x onerror="window.injected = 1"> '
+    + "Let me think about it step by step.\n" * 120
+)
+
+
+def test_the_report_shows_what_decides_the_reward(project: BenchmarkProject, page: Any) -> None:  # noqa: F811
+    """Each example's parsed answer beside the expected one, the end of a long completion in
+    its row and the whole of it on demand, model text shown as text; an early-stopped run's
+    overview counts the examples evaluated."""
+    project.add("arith", n=6)
+    right = HOSTILE_REASONING + "The answer is \\boxed{13}."  # "What is 10 + 3?"
+    wrong = HOSTILE_REASONING + "So it is \\boxed{14}, I think."  # "What is 11 + 5?" is 16
+    project.add("stopped", n=200, gate="gate: {min_avg_reward: 0.3, early_stop: true}")
+    project.server.configure(replies={"What is 10 + 3?": right, "What is 11 + 4?": wrong})
+    result = project.run_subprocess("--override", "eval.max_concurrent=8")
+    assert result.ret == 0, result.stdout.str()
+    (run_dir,) = project.run_dirs("arith")
+    records = {r["example_id"]: r for r in read_jsonl(run_dir / "results.jsonl")}
+    assert (records[0]["parsed_answer"], records[1]["parsed_answer"]) == ("13", "14")
+    (stopped_dir,) = project.run_dirs("stopped")
+    early = json.loads((stopped_dir / "metadata.json").read_text())["early_stop"]
+    assert early["decided"] and early["evaluated"] < 200
+
+    page.goto((project.pytester.path / "outputs" / "evals" / "report.html").as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    overview = page.locator("#overview tr[data-bench]")
+    names = overview.locator("td[data-field=benchmark]").all_inner_texts()
+    counts = dict(zip(names, overview.locator("td[data-field=n]").all_inner_texts(), strict=True))
+    assert counts == {"arith": "6 \u00d7 1", "stopped": f"{early['evaluated']} of 200 \u00d7 1"}
+
+    examples = page.locator("details.examples[open]")
+    headers = examples.locator("thead th").all_inner_texts()
+    assert headers[3:6] == ["completion (its end)", "parsed answer", "expected"]
+    for example_id, parsed, expected in ((0, "13", "13"), (1, "14", "15"), (2, "17", "17")):
+        row = examples.locator(f"tr.row[data-id='{example_id}']")
+        assert row.locator("td.parsed").inner_text() == parsed
+        assert row.locator("td.answer").inner_text() == expected
+    # The row shows the completion's end, kept in sight when the cell is too narrow.
+    cell = examples.locator("tr.row[data-id='1'] td.completion")
+    assert cell.inner_text().endswith("So it is \\boxed{14}, I think.")
+    box = cell.bounding_box()
+    end = cell.locator("span").evaluate(
+        "span => { const r = document.createRange(); r.selectNodeContents(span);"
+        " const rects = r.getClientRects(); return rects[rects.length - 1].right; }"
+    )
+    assert box["x"] < end <= box["x"] + box["width"] + 0.5  # the last character is visible
+    # Unfolded: the whole completion, scrolled to its end; the markup in it is text.
+    examples.locator("tr.row[data-id='1'] button.open").click()
+    detail = examples.locator("tr.detail")
+    completion = detail.locator("pre.end")
+    # Longer than the page keeps: its first and last 1,000 characters, and where the rest is.
+    text = completion.inner_text()
+    assert text.startswith("assistant: " + wrong[:500]) and text.endswith(wrong[-900:])
+    assert "characters left out here: results.jsonl line 2] …" in text
+    assert completion.evaluate("pre => pre.scrollHeight > pre.clientHeight")
+    assert completion.evaluate("pre => pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 1")
+    assert "parsed answer\n14" in detail.inner_text().replace("PARSED ANSWER", "parsed answer")
+    assert page.locator("tr.detail script, tr.detail img, tbody img").count() == 0
+    assert page.evaluate("() => window.injected") is None
+    # Unfolded again: folded.
+    examples.locator("tr.row[data-id='1'] button.open").click()
+    assert examples.locator("tr.detail").count() == 0
 
 
 def test_an_interrupted_session_writes_a_partial_report(
@@ -373,7 +460,7 @@ def test_seat_table_and_attempts(page: Any, tmp_path: Path) -> None:  # noqa: F8
 
     from pytest_modal_eval.cli import main
 
-    run_dir = tmp_path / "duel--default--m" / "20261128-090000-000-abcdef12"
+    run_dir = tmp_path / "duel--m" / "20261128-090000-000-abcdef12"
     run_dir.mkdir(parents=True)
     (run_dir / "run_config.json").write_text(json.dumps({"benchmark": "duel", "model_id": "m"}))
     plays = {0: [1.0, 0.0, 0.0], 1: [1.0, 1.0, 0.0]}

@@ -288,6 +288,14 @@ def test_a_finished_run_asks_the_endpoint_only_what_it_serves(project: Benchmark
     assert (stats["models_requests"], stats["chat_requests"]) == (2, 2)
     assert "nothing to evaluate" not in more.stdout.str()
     assert project.run_dirs("alpha") == [run_dir]
+    # Runs stored under the earlier spelling of a model without an organisation
+    # (alpha--default--test-model) are continued there.
+    earlier = run_dir.parent.with_name("alpha--default--test-model")
+    run_dir.parent.rename(earlier)
+    project.server.configure(reset_stats=True)
+    project.run().assert_outcomes(passed=1)
+    assert project.server.stats().get("chat_requests", 0) == 0
+    assert not run_dir.parent.exists() and (earlier / run_dir.name / "metadata.json").is_file()
 
 
 def test_fresh_and_cache_clear_start_over(project: BenchmarkProject) -> None:

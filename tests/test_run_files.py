@@ -512,6 +512,25 @@ def test_temporary_files_are_unique_per_writer(tmp_path: Path) -> None:
     assert target.read_text() == "one" and list(tmp_path.iterdir()) == [target]
 
 
+def test_every_file_of_a_session_follows_the_umask(project: BenchmarkProject) -> None:
+    """The report and the run's files are created as ``open`` creates a file: 0o666 less the
+    umask (here 0o027: readable by the group, by no one else), none private by accident."""
+    project.add("alpha", n=2)
+    previous = os.umask(0o027)
+    try:
+        project.run().assert_outcomes(passed=1)
+    finally:
+        os.umask(previous)
+    outputs = project.pytester.path / "outputs" / "evals"
+    modes = {
+        path.relative_to(outputs).as_posix(): path.stat().st_mode & 0o777
+        for path in outputs.rglob("*")
+        if path.is_file()
+    }
+    assert "report.html" in modes and any(name.endswith("/metadata.json") for name in modes)
+    assert {name: mode for name, mode in modes.items() if mode != 0o640} == {}
+
+
 def test_checkpoint_skips_a_record_of_the_wrong_type_with_a_warning(tmp_path: Path) -> None:
     run = write_run(tmp_path, "r1", outputs(2))
     with (run / "checkpoint.jsonl").open("a") as out:

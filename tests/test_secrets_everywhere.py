@@ -411,13 +411,13 @@ def test_no_secret_leaves_the_session(
         "--mlflow",
     )
     out = _checked_run(project, result)
-    assert "Hub: pushed alpha--default--test-model" in out, out
+    assert "Hub: pushed alpha--test-model" in out, out
     assert "MLflow (sqlite:///" in out, out
     names = _relative_names(project)
     assert {"pytest.log", "outputs/evals/mlflow.db"} <= names
     assert any(name.startswith("outputs/evals/mlartifacts/") for name in names)
     uploaded = hub_server.stored_bytes()
-    assert any(b"alpha--default--test-model" in data for data in uploaded)
+    assert any(b"alpha--test-model" in data for data in uploaded)
     _assert_no_secret(project, out, uploaded)
 
 
@@ -453,6 +453,24 @@ def test_a_refused_endpoint_check_shows_no_secret(
     assert f"echo Bearer {REDACTED}" in out, out
     junit = (project.pytester.path / "junit.xml").read_text()
     assert f"echo Bearer {REDACTED}" in junit
+    _assert_no_secret(project, out, [])
+
+
+def test_the_plan_shows_no_secret(
+    project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--co -v`` prints each benchmark's resolved configuration (a secret ``env_args`` value,
+    a judge's key variable) and the session's settings (the key's variable): names, never
+    values."""
+    _hostile_project(project, monkeypatch)
+    result = project.pytester.runpytest_subprocess(
+        *project.args("--api-key-env", "AZURE_OPENAI_KEY", "--co", "-v")
+    )
+    out = "\n".join(result.outlines + result.errlines)
+    assert result.ret == pytest.ExitCode.OK, out
+    assert "      api_key: '[secret " in out and "api_key_var: ACME_JUDGE" in out, out
+    assert "api_key_env: AZURE_OPENAI_KEY" in out, out
+    assert project.server.stats().get("requests", 0) == 0
     _assert_no_secret(project, out, [])
 
 

@@ -57,13 +57,13 @@ def make_run(
     finished: bool = True,
 ) -> Path:
     """A run directory as the plugin writes it (the e2e test below checks against real ones)."""
-    run_dir = output / f"{benchmark}--default--test-model" / run_id
+    run_dir = output / f"{benchmark}--test-model" / run_id
     run_dir.mkdir(parents=True)
     sampling = {"temperature": 0.0, "max_tokens": 64}
     run_config = {
         "run_id": run_id,
         "model_id": "test-model",
-        "model_slug": "default--test-model",
+        "model_slug": "test-model",
         "benchmark": benchmark,
         "benchmark_file": f"/home/someone/project/evals/{benchmark}.yaml",
         "env_id": "file-qa",
@@ -211,14 +211,14 @@ def test_push_creates_one_configuration_per_benchmark_and_model(
     with pytest.raises(RepositoryNotFoundError):  # a private repository, asked without token
         HfApi(endpoint=hub_server.url, token=False).dataset_info("org/evals")
     files = hub_server.files("org/evals")
-    for config in ("qa--default--test-model", "math--default--test-model"):
+    for config in ("qa--test-model", "math--test-model"):
         assert {
             f"{config}/results.parquet",
             f"{config}/metadata.json",
             f"{config}/run_config.json",
         } <= set(files)
     # The Parquet file went through Git LFS (the repository's .gitattributes says so).
-    parquet = files["qa--default--test-model/results.parquet"]
+    parquet = files["qa--test-model/results.parquet"]
     assert parquet in hub_server.lfs.values()
     table = pq.read_table(io.BytesIO(parquet))
     assert table.column("reward").to_pylist() == [1.0, 0.0, 1.0]
@@ -230,20 +230,18 @@ def test_push_creates_one_configuration_per_benchmark_and_model(
             "config_name": name,
             "data_files": [{"split": "latest", "path": f"{name}/results.parquet"}],
         }
-        for name in ("math--default--test-model", "qa--default--test-model")
+        for name in ("math--test-model", "qa--test-model")
     ]
     # `datasets` reads the configurations from the card as the Hub's viewer does.
     configs = MetadataConfigs.from_dataset_card_data(DatasetCard(card.decode()).data)
-    assert configs["qa--default--test-model"]["data_files"] == [
-        {"split": "latest", "path": "qa--default--test-model/results.parquet"}
+    assert configs["qa--test-model"]["data_files"] == [
+        {"split": "latest", "path": "qa--test-model/results.parquet"}
     ]
     text = card.decode()
-    assert (
-        "| `qa--default--test-model` | qa | test-model | 0.667 ± 0.250 | [0.100, 0.900] |" in text
-    )
+    assert "| `qa--test-model` | qa | test-model | 0.667 ± 0.250 | [0.100, 0.900] |" in text
     assert "pytest evals/qa.yaml --model test-model" in text
     assert "0123456789abcdef0123456789abcdef01234567" in text
-    assert json.loads(files["qa--default--test-model/metadata.json"])["avg_reward"] == 2 / 3
+    assert json.loads(files["qa--test-model/metadata.json"])["avg_reward"] == 2 / 3
 
 
 def test_pushing_the_same_runs_twice_changes_nothing(hub_server: HubServer, tmp_path: Path) -> None:
@@ -267,9 +265,9 @@ def test_pushing_the_same_runs_twice_changes_nothing(hub_server: HubServer, tmp_
     assert third.commit is not None
     assert set(third.uploaded) == {
         "README.md",
-        "qa--default--test-model/metadata.json",
-        "qa--default--test-model/results.parquet",
-        "qa--default--test-model/run_config.json",
+        "qa--test-model/metadata.json",
+        "qa--test-model/results.parquet",
+        "qa--test-model/run_config.json",
     }
 
 
@@ -278,7 +276,7 @@ def test_card_keeps_configurations_pushed_before(hub_server: HubServer, tmp_path
     push([make_run(tmp_path, "math")])
     card = hub_server.files("org/evals")["README.md"]
     names = [c["config_name"] for c in front_matter(card)["configs"]]
-    assert names == ["math--default--test-model", "qa--default--test-model"]
+    assert names == ["math--test-model", "qa--test-model"]
     # Read back through the Hub's download endpoint (resolve), not from local files.
     assert any(path.startswith("/datasets/org/evals/resolve/") for _, path in hub_server.requests)
 
@@ -291,7 +289,7 @@ def test_push_sends_no_secret(
     results = run / "results.jsonl"
     results.write_text(results.read_text().replace('"What is 0 + 1?"', f'"{ENV_SECRET}"'))
     push([run])
-    config = json.loads(hub_server.files("org/evals")["qa--default--test-model/run_config.json"])
+    config = json.loads(hub_server.files("org/evals")["qa--test-model/run_config.json"])
     assert config["config"]["env_args"]["api_key"] == REDACTED
     for data in hub_server.stored_bytes():
         assert TOKEN.encode() not in data
@@ -321,12 +319,12 @@ def test_cli_push(hub_server: HubServer, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert f"skipped {unfinished}: not finished" in result.output
     assert "skipped" in result.output and "20260102-000000-bbbbbbbb is newer" in result.output
-    assert "Hub: pushed qa--default--test-model to" in result.output
+    assert "Hub: pushed qa--test-model to" in result.output
     files = hub_server.files("org/cli")
-    assert json.loads(files["qa--default--test-model/metadata.json"])["run_id"] == newest.name
+    assert json.loads(files["qa--test-model/metadata.json"])["run_id"] == newest.name
     again = runner.invoke(cli_main, ["push", str(newest), "--to", "org/cli"])
     assert again.exit_code == 0, again.output
-    assert "already has qa--default--test-model; nothing pushed" in again.output
+    assert "already has qa--test-model; nothing pushed" in again.output
     # Naming an unfinished run itself is an error that says so.
     failed = runner.invoke(cli_main, ["push", str(unfinished), "--to", "org/cli"])
     assert failed.exit_code == 1
@@ -408,7 +406,7 @@ def test_mlflow_logs_one_run_per_benchmark_and_model(
 
     client = MlflowClient(tracking_uri=uri)
     stored = client.get_run(logged[0].mlflow_run_id)
-    assert stored.info.run_name == "qa--default--test-model"
+    assert stored.info.run_name == "qa--test-model"
     assert stored.data.metrics["reward"] == pytest.approx(2 / 3)
     assert stored.data.metrics["stderr"] == 0.25
     assert stored.data.metrics["ci_low"] == 0.1 and stored.data.metrics["ci_high"] == 0.9
@@ -509,14 +507,14 @@ def test_push_and_mlflow_at_session_end(
     result.stdout.fnmatch_lines(
         [
             "*shared results*",
-            "Hub: pushed alpha--default--test-model, beta--default--test-model to *org/e2e*",
+            "Hub: pushed alpha--test-model, beta--test-model to *org/e2e*",
             "MLflow (sqlite:///*mlflow.db): logged *",
         ]
     )
     repo = hub_server.repos[("dataset", "org/e2e")]
     assert repo.private and len(repo.commits) == 2  # .gitattributes, then one push
     files = hub_server.files("org/e2e")
-    table = pq.read_table(io.BytesIO(files["alpha--default--test-model/results.parquet"]))
+    table = pq.read_table(io.BytesIO(files["alpha--test-model/results.parquet"]))
     assert table.num_rows == 4 and table.column("reward").to_pylist() == [1.0] * 4
     results = project.run_dirs("alpha")[0] / "results.jsonl"
     assert table.column("example_id").to_pylist() == [
@@ -529,8 +527,8 @@ def test_push_and_mlflow_at_session_end(
     assert experiment is not None
     found = client.search_runs([experiment.experiment_id], order_by=["attributes.run_name"])
     assert [r.info.run_name for r in found] == [
-        "alpha--default--test-model",
-        "beta--default--test-model",
+        "alpha--test-model",
+        "beta--test-model",
     ]
     assert found[0].data.metrics["reward"] == 1.0
     assert found[0].data.params["config.env_args.path"] == "data/alpha.jsonl"
@@ -550,14 +548,14 @@ def test_push_and_mlflow_at_session_end(
     )
     after = hub_server.files("org/e2e")
     assert {path for path in after if after[path] != before[path]} == {
-        "alpha--default--test-model/metadata.json",
-        "beta--default--test-model/metadata.json",
+        "alpha--test-model/metadata.json",
+        "beta--test-model/metadata.json",
     }
     # Pushing the same run directories once more changes nothing.
     commits = len(repo.commits)
     pushed = CliRunner().invoke(cli_main, ["push", str(output), "--to", "org/e2e"])
     assert pushed.exit_code == 0, pushed.output
-    assert "already has alpha--default--test-model, beta--default--test-model" in pushed.output
+    assert "already has alpha--test-model, beta--test-model" in pushed.output
     assert len(repo.commits) == commits
 
 
@@ -578,7 +576,7 @@ def test_card_writes_numbers_as_the_summary_does(
     from pytest_modal_eval.share.card import CardEntry, render_card
 
     metadata = {"benchmark": "qa", "model": "m", "avg_reward": mean, "stderr": stderr, "ci": ci}
-    card = render_card("org/evals", [CardEntry("qa--default--m", metadata, {})])
+    card = render_card("org/evals", [CardEntry("qa--m", metadata, {})])
     assert shown in card, card
 
 
@@ -599,8 +597,8 @@ def test_card_names_the_chat_template_the_run_recorded(recorded: Any, shown: str
 
     metadata = {"benchmark": "qa", "model": "m", "avg_reward": 1, "stderr": 0, "ci": [1, 1]}
     run_config = {"model_id": "m", "chat_template": recorded}
-    card = render_card("org/evals", [CardEntry("qa--default--m", metadata, run_config)])
-    [row] = [line for line in card.splitlines() if line.startswith("| `qa--default--m` | m |")]
+    card = render_card("org/evals", [CardEntry("qa--m", metadata, run_config)])
+    [row] = [line for line in card.splitlines() if line.startswith("| `qa--m` | m |")]
     assert f"| {shown} |" in row, row
 
 
@@ -656,7 +654,7 @@ def test_commands_outside_a_session_keep_the_projects_secrets_out(
     assert f"the gateway said {REDACTED} for {REDACTED}" in page
     pushed = runner.invoke(cli_main, ["push", str(run), "--to", "org/cli", *option])
     assert pushed.exit_code == 0, pushed.output
-    assert "Hub: pushed qa--default--test-model" in pushed.output
+    assert "Hub: pushed qa--test-model" in pushed.output
     uploaded = hub_server.stored_bytes()
     assert any(f"the gateway said {REDACTED}".encode() in data for data in uploaded)
     places = [*outputs, reported.output, page, pushed.output]

@@ -29,7 +29,7 @@ def _record(example_id: int, reward: float, rollout: int = 0, **extra: Any) -> d
 
 
 def _run(tmp_path: Path, records: list[dict[str, Any]], **config: Any) -> RunPaths:
-    run_dir = tmp_path / "alpha--default--m" / "20261128-080000-000-abcdef12"
+    run_dir = tmp_path / "alpha--m" / "20261128-080000-000-abcdef12"
     run_dir.mkdir(parents=True)
     (run_dir / "run_config.json").write_text(
         json.dumps(

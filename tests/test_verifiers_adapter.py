@@ -11,7 +11,7 @@ import pytest
 
 from pytest_modal_eval.client.verifiers_adapter import api_for, installed_api
 from pytest_modal_eval.exceptions import EnvironmentLoadError
-from tests.conftest import FakeServer, classic_only
+from tests.conftest import BenchmarkProject, FakeServer, classic_only
 from tests.support.v1_runs import run_v1
 
 v1_only = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
@@ -76,8 +76,9 @@ BROKEN_CLASSIC = {
         r"'PYTEST_MODAL_EVAL_UNSET_TOKEN' \(at \S*loader_raises\.py:5\)$",
     ),
     "no_such_arg": (
-        "def load_environment(path):\n    raise AssertionError('not called')\n",
-        r"^environment 'no-such-arg' rejected env_args: .*unexpected keyword argument 'pth'",
+        "def load_environment(path, *, seed=0):\n    raise AssertionError('not called')\n",
+        r"^environment 'no-such-arg' rejected env_args: .*unexpected keyword argument 'pth'; "
+        r"the env_args it takes: path, seed$",
     ),
     "needs_dep": (
         "import not_a_real_package_xyz\n\n\ndef load_environment():\n    pass\n",
@@ -100,6 +101,53 @@ def test_classic_load_errors_name_the_cause_and_the_fix(
     args = {"pth": "x"} if module == "no_such_arg" else {}
     with pytest.raises(EnvironmentLoadError, match=message):
         verifiers_classic.load_environment(module.replace("_", "-"), args, tmp_path)
+
+
+#: A classic environment with a parser of its own: its last word is the answer.
+LAST_WORD_QA = """
+import verifiers as vf
+
+from pytest_modal_eval.envs.file_qa import load_environment as file_qa
+
+
+class LastWord(vf.Parser):
+    def parse(self, text):
+        if "13" in text:
+            raise ValueError("a parser that fails reads as no answer")
+        return text.split()[-1]
+
+
+def load_environment(path):
+    env = file_qa(path)
+    parser = LastWord()
+
+    def exact(completion, answer, **_):
+        return 1.0 if parser.parse_answer(completion) == answer else 0.0
+
+    rubric = vf.Rubric(funcs=[exact], weights=[1.0], parser=parser)
+    return vf.SingleTurnEnv(eval_dataset=env.eval_dataset, rubric=rubric, parser=parser)
+"""
+
+
+@classic_only()
+def test_a_classic_environments_parser_gives_each_record_its_parsed_answer(
+    project: BenchmarkProject,
+) -> None:
+    project.add("alpha", n=3, gate="gate: {min_avg_reward: 0.0}")
+    project.pytester.makepyfile(last_word_qa=LAST_WORD_QA)
+    project.pytester.syspathinsert()
+    yaml = project.evals / "alpha.yaml"
+    data = project.evals / "data" / "alpha.jsonl"
+    yaml.write_text(
+        yaml.read_text()
+        .replace("env_id: file-qa", "env_id: last-word-qa")
+        .replace("path: data/alpha.jsonl", f"path: {data}")
+    )
+    project.run().assert_outcomes(passed=1)
+    [run] = project.run_dirs("alpha")
+    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    # The server answers "The answer is \\boxed{N}."; "What is 10 + 3?" makes the parser fail.
+    assert [r["parsed_answer"] for r in records] == [None, "\\boxed{15}.", "\\boxed{17}."]
 
 
 def write_qa(path: Path, n: int) -> Path:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
-from pytest_modal_eval.cli.common import echo_json, json_option, say, table
+from pytest_modal_eval.cli.common import echo_json, json_option, parsed_overrides, say, table
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.collect.items import matches_benchmark_patterns
+from pytest_modal_eval.collect.precheck import LoadCache, problems_message
 from pytest_modal_eval.config.loader import load_benchmark
 from pytest_modal_eval.config.options import DEFAULT_FILES
 from pytest_modal_eval.exceptions import BenchmarkError
@@ -42,15 +44,29 @@ def find_benchmark_files(project: Project, paths: list[Path]) -> list[Path]:
     return sorted(found)
 
 
-def describe(path: Path) -> dict[str, Any]:
+def describe(
+    path: Path,
+    load: bool = True,
+    cache: LoadCache | None = None,
+    overrides: Sequence[tuple[str, Any]] = (),
+) -> dict[str, Any]:
+    """A benchmark file as a row: its settings with ``overrides`` (``--override``'s), and the
+    problems collection would find (``collect/precheck.py``; with ``load``, the environment is
+    loaded as ``pytest --collect-only`` loads it), or the YAML's error."""
     from pytest_modal_eval.client.verifiers_adapter import missing_environment
+    from pytest_modal_eval.collect.precheck import load_problems, quick_problems
 
     try:
-        benchmark = load_benchmark(path)
+        benchmark = load_benchmark(path, list(overrides))
     except BenchmarkError as exc:
         return {"file": str(path), "error": str(exc)}
     config = benchmark.config
     gate = config.gate.model_dump(exclude_defaults=True)
+    problems = quick_problems(benchmark)
+    examples = None
+    if load and not problems:
+        problems, loaded = load_problems(benchmark, cache)
+        examples = len(loaded.example_ids) if loaded is not None else None
     return {
         "file": str(path),
         "name": benchmark.name,
@@ -60,9 +76,19 @@ def describe(path: Path) -> dict[str, Any]:
         "tp": config.vllm.tensor_parallel_size,
         "dp": config.vllm.data_parallel_size,
         "num_examples": config.eval.num_examples,
+        "examples": examples,  # selected examples the loaded environment holds
         "rollouts": config.eval.rollouts,
         "gate": gate,
+        "problems": problems,
     }
+
+
+def _examples_text(row: dict[str, Any]) -> str:
+    """The examples a run selects: as many as the loaded environment holds (up to
+    ``eval.num_examples``), else what the YAML asks for."""
+    if row["examples"] is not None:
+        return str(row["examples"])
+    return str(row["num_examples"] or "all")
 
 
 def _gate_text(gate: dict[str, Any]) -> str:
@@ -71,23 +97,57 @@ def _gate_text(gate: dict[str, Any]) -> str:
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="check without loading the environments: the YAML, the environment installed, a "
+    "bundled environment's data files (as every pytest run does). Default: load each, as "
+    "pytest --collect-only does.",
+)
+@click.option(
+    "--override",
+    "overrides",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="as for pytest, e.g. env_args.path=data/other.jsonl: each benchmark is checked with "
+    "it. Repeatable.",
+)
 @json_option
-def benchmarks(paths: tuple[Path, ...], as_json: bool) -> None:
-    """List the benchmark YAMLs pytest would collect (PATHS: files or directories).
+def benchmarks(
+    paths: tuple[Path, ...], quick: bool, overrides: tuple[str, ...], as_json: bool
+) -> None:
+    """List the benchmark YAMLs pytest would collect (PATHS: files or directories), each
+    checked as pytest --collect-only checks it: the YAML and --override, the environment
+    installed and loading with its env_args, a bundled environment's data files.
 
-    Exit status 1 when any of them is invalid; the errors say which field to fix.
+    Exit status 1 when any of them cannot run; the errors say which field to fix.
     """
+    parsed = parsed_overrides(overrides)
     project = Project.find()
-    rows = [describe(path) for path in find_benchmark_files(project, list(paths))]
-    bad = [row for row in rows if "error" in row]
+    cache: LoadCache = {}
+    rows = [
+        describe(path, load=not quick, cache=cache, overrides=parsed)
+        for path in find_benchmark_files(project, list(paths))
+    ]
+    bad = [row for row in rows if "error" in row or row["problems"]]
     if as_json:
         echo_json(rows)
     else:
-        good = [row for row in rows if "error" not in row]
-        if good:
+        valid = [row for row in rows if "error" not in row]
+        if valid:
             say(
                 table(
-                    ["NAME", "ENV_ID", "INSTALLED", "GPU", "TP/DP", "EXAMPLES", "ROLLOUTS", "GATE"],
+                    [
+                        "NAME",
+                        "ENV_ID",
+                        "INSTALLED",
+                        "GPU",
+                        "TP/DP",
+                        "EXAMPLES",
+                        "ROLLOUTS",
+                        "GATE",
+                        "CHECK",
+                    ],
                     [
                         [
                             r["name"],
@@ -95,11 +155,12 @@ def benchmarks(paths: tuple[Path, ...], as_json: bool) -> None:
                             "yes" if r["installed"] else "no",
                             r["gpu"],
                             f"{r['tp']}/{r['dp']}",
-                            str(r["num_examples"] or "all"),
+                            _examples_text(r),
                             str(r["rollouts"]),
                             _gate_text(r["gate"]),
+                            "broken" if r["problems"] else "ok" if not quick else "ok (quick)",
                         ]
-                        for r in good
+                        for r in valid
                     ],
                 )
             )
@@ -109,6 +170,9 @@ def benchmarks(paths: tuple[Path, ...], as_json: bool) -> None:
                 f"{' '.join(project.ini_lines('modal_eval_files', DEFAULT_FILES))})"
             )
         for row in bad:
-            say(f"\nINVALID {row['error']}", err=True)
+            if "error" in row:
+                say(f"\nINVALID {row['error']}", err=True)
+            else:
+                say("\nBROKEN " + problems_message(Path(row["file"]), row["problems"]), err=True)
     if bad:
         raise SystemExit(1)

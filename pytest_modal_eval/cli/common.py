@@ -56,6 +56,21 @@ def api_key_env_option(function: F) -> F:
 _REDACTOR = "pytest_modal_eval.redactor"
 
 
+def parsed_overrides(overrides: Sequence[str]) -> list[tuple[str, Any]]:
+    """``--override KEY=VALUE`` values parsed and checked as pytest's ``--override`` is; a bad
+    one is a usage error that names it and the fix."""
+    from pytest_modal_eval.config.overrides import parse_override
+    from pytest_modal_eval.exceptions import OptionError
+
+    parsed = []
+    for text in overrides:
+        try:
+            parsed.append(parse_override(text))
+        except OptionError as exc:
+            raise click.BadParameter(str(exc), param_hint="--override") from None
+    return parsed
+
+
 def project_redactor(api_key_env: str | None) -> Redactor:
     """The secrets a pytest session in this directory would know from its environment; also
     what :func:`shown` uses from now on in this command."""

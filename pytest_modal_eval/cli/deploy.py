@@ -7,7 +7,6 @@ stops only what it deployed itself.
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -52,12 +51,10 @@ def deploy_spec(
     return DeploySpec.for_profile(profile, model)
 
 
-def _parse_overrides(overrides: tuple[str, ...]) -> list[str]:
-    for text in overrides:
-        try:
-            parse_override(text)
-        except argparse.ArgumentTypeError as exc:
-            raise click.BadParameter(str(exc), param_hint="--override") from None
+def _checked(overrides: tuple[str, ...]) -> list[str]:
+    from pytest_modal_eval.cli.common import parsed_overrides
+
+    parsed_overrides(overrides)  # a bad one is a usage error, before anything is deployed
     return list(overrides)
 
 
@@ -114,7 +111,7 @@ def deploy(
     from pytest_modal_eval.exceptions import ServingError
     from pytest_modal_eval.serving.modal.backend import ModalServer
 
-    spec = deploy_spec(model, benchmark_path, _parse_overrides(overrides), warm=warm)
+    spec = deploy_spec(model, benchmark_path, _checked(overrides), warm=warm)
     logs = server_logs_dir(resolve_output_dir(output_dir)) / f"modal-{spec.profile.key()}"
     server = ModalServer(
         spec.profile,

@@ -27,6 +27,7 @@ from pytest_modal_eval.cli.common import (
 from pytest_modal_eval.cli.project import Project
 from pytest_modal_eval.config.locations import vllm_interpreter, vllm_python_from
 from pytest_modal_eval.config.options import base_url_problem
+from pytest_modal_eval.serving.endpoint_check import api_key_hint
 from pytest_modal_eval.serving.modal.access import reachable
 
 OK, FAIL, SKIP, WARN = "ok", "FAIL", "skipped", "warn"
@@ -149,7 +150,7 @@ def check_benchmarks(project: Project) -> list[Check]:
 
     checks = []
     for path in find_benchmark_files(project, []):
-        row = describe(path)
+        row = describe(path, load=False)  # what every run checks; --collect-only loads too
         label = f"benchmark {path.name}"
         if "error" in row:
             checks.append(
@@ -169,6 +170,15 @@ def check_benchmarks(project: Project) -> list[Check]:
                     FAIL,
                     f"environment {row['env_id']!r} not installed",
                     str(missing_environment(row["env_id"])),
+                )
+            )
+        elif row["problems"]:
+            checks.append(
+                Check(
+                    label,
+                    FAIL,
+                    row["problems"][0],
+                    f"fix {path} (`pytest-modal-eval benchmarks {path}` lists every problem)",
                 )
             )
         else:
@@ -255,7 +265,9 @@ def check_base_url(
                 label,
                 FAIL,
                 f"{base_url}/models answered HTTP {response.status_code}",
-                f"check the API key in ${api_key_env}",
+                api_key_hint(api_key_env, environ)
+                if response.status_code in (401, 403)
+                else f"check the API key in ${api_key_env}",
             )
         ]
     try:

@@ -131,8 +131,31 @@ def _load_error(env_id: str, exc: Exception) -> EnvironmentLoadError:
             "taskset, it needs verifiers 0.4: `uv pip install 'verifiers>=0.4,<0.5'`"
         )
     if isinstance(original, TypeError) and environment_frame(original, module) is None:
-        return EnvironmentLoadError(f"environment {env_id!r} rejected env_args: {original}")
+        return EnvironmentLoadError(
+            f"environment {env_id!r} rejected env_args: {original}{_arguments_taken(env_id)}"
+        )
     return load_failure(env_id, "loading it", original, module)
+
+
+def _arguments_taken(env_id: str) -> str:
+    """``; the env_args it takes: path, seed``: the keyword arguments of the environment's
+    ``load_environment()`` (the fix for a rejected one); nothing when it takes any
+    (``**kwargs``) or its signature cannot be read."""
+    try:
+        module = importlib.import_module(BUNDLED.get(env_id, module_name(env_id)))
+        parameters = list(inspect.signature(module.load_environment).parameters.values())
+    except Exception:  # the message is complete without it
+        return ""
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return ""
+    names = [
+        p.name
+        for p in parameters
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        # a bundled environment's base_dir is the benchmark's directory, given by the plugin
+        and not (env_id in BUNDLED and p.name == "base_dir")
+    ]
+    return f"; the env_args it takes: {', '.join(names) or 'none'}"
 
 
 def _version() -> str:
@@ -253,6 +276,7 @@ async def run_examples(
     )
     slots = max(1, math.ceil(max_concurrent_requests / rollouts)) * (1 + prefetch)
     pending = iter(rows)
+    parse = answer_parser(env)
 
     async def worker() -> None:
         # Each worker pulls the next row when it is free: rows are read lazily, in order, and
@@ -272,7 +296,11 @@ async def run_examples(
                 sampling_args,
                 state_columns=[ROLLOUT_COLUMN, SLOT_WAIT_COLUMN],
             )
-            on_example(example_id, [dict(output) for output in outputs])
+            finished = [dict(output) for output in outputs]
+            if parse is not None:
+                for output in finished:
+                    output["parsed_answer"] = parse(output.get("completion"))
+            on_example(example_id, finished)
             if intake is not None:
                 intake.finished(example_id)
             reason = should_stop()
@@ -283,6 +311,27 @@ async def run_examples(
         await run_workers(worker, slots)
     finally:
         await _close(client)
+
+
+def answer_parser(env: Any) -> Callable[[Any], str | None] | None:
+    """The environment's own parser's ``parse_answer`` (what its rubric compares with the
+    answer), made safe: a parser that raises reads as no answer. None for verifiers' base
+    ``Parser``, whose "answer" is the whole last message (no parse of its own), and for an
+    environment without a parser."""
+    import verifiers as vf
+
+    parser = getattr(env, "parser", None)
+    if parser is None or type(parser) is vf.Parser:
+        return None
+
+    def parse(completion: Any) -> str | None:
+        try:
+            answer = parser.parse_answer(completion)
+        except Exception:  # the environment's code: a failure is no parsed answer, not an error
+            return None
+        return None if answer is None else str(answer)
+
+    return parse
 
 
 def chat_client(

@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +28,7 @@ from pytest_modal_eval.collect.context import EvalContext, endpoint_source
 from pytest_modal_eval.collect.early_comparisons import early_comparisons
 from pytest_modal_eval.collect.example_reports import STATUS_KEY, PassedExampleLog
 from pytest_modal_eval.collect.items import BenchmarkItem
+from pytest_modal_eval.collect.precheck import env_args_source
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.exceptions import (
     DirectClientError,
@@ -45,7 +44,7 @@ from pytest_modal_eval.gate.baseline import (
     read_stored,
 )
 from pytest_modal_eval.gate.record import record_verdict
-from pytest_modal_eval.gate.verdict import decide
+from pytest_modal_eval.gate.verdict import VS_REFERENCE, decide
 from pytest_modal_eval.report.interrupted import kept_line
 from pytest_modal_eval.report.junit import PROPERTY_PREFIX, record_properties
 from pytest_modal_eval.report.progress import example_fields
@@ -92,9 +91,8 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
             "id or a local directory); deselect evaluations with -m 'not eval'."
         )
     config = item.benchmark.config
-    env_problem = verifiers_adapter.missing_environment(config.env_id)
-    if env_problem:
-        raise EvalProblem(f"{item.path}: env_id: {env_problem}")
+    # (The environment is installed and a bundled one's data files are there: collection
+    # checked, collect/precheck.py.)
     with contextlib.suppress(EnvironmentLoadError):  # said again, in its place, below
         verifiers_adapter.implementation(config.env_id)  # the framework, if it needs one
     freeze_imported()
@@ -231,23 +229,6 @@ def release(session: EvalContext, item: BenchmarkItem) -> None:
         )
 
 
-def env_args_source(path: Path, overrides: Sequence[tuple[str, Any]], message: str) -> str:
-    """Where the ``env_args`` an environment rejected came from: the ``--override`` whose key
-    the message names (``'pathh'`` or ``env_args.pathh`` for ``--override env_args.pathh=X``),
-    else the YAML with the ``env_args`` overrides given, else the YAML alone."""
-    given = [key for key, _ in overrides if key == "env_args" or key.startswith("env_args.")]
-    named = [
-        key
-        for key in given
-        if key != "env_args" and (key in message or f"'{key.rsplit('.', 1)[-1]}'" in message)
-    ]
-    if named:
-        return f"--override {', '.join(named)}"
-    if given:
-        return f"{path} (env_args with --override {', '.join(given)})"
-    return str(path)
-
-
 def evaluate(session: EvalContext, item: BenchmarkItem, subtests: Any, snapshot: Any) -> None:
     """The call phase: evaluate every example (as subtests), then apply the gate."""
     writer = item.stash[PREPARED_KEY].run.writer
@@ -312,10 +293,10 @@ def _evaluate(session: EvalContext, item: BenchmarkItem, subtests: Any, snapshot
     if reference is None and item.reference is not None and config.gate.vs_reference is not None:
         # A gate must never go green by not running: without the comparison it was set to
         # make (the reference deselected, reordered after this item, or without results).
-        verdict.passed = False
-        verdict.reasons.append(
+        verdict.fail(
+            VS_REFERENCE,
             f"gate.vs_reference: no comparison with the reference model {item.reference} was "
-            f"possible ({reference_note or 'no results'}); run it in the same session"
+            f"possible ({reference_note or 'no results'}); run it in the same session",
         )
     if recorded and not verdict.passed:
         # A baseline is what later runs are judged against: one from a failing run needs a word.

@@ -26,7 +26,9 @@ from pytest_modal_eval.terminal_text import escape
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
+    from pytest_modal_eval.collect.precheck import Loaded
     from pytest_modal_eval.config.loader import Benchmark
+    from pytest_modal_eval.config.options import Settings
 
 
 class ItemRunner(Protocol):
@@ -46,6 +48,10 @@ class ItemRunner(Protocol):
 
 
 RUNNER_KEY = pytest.StashKey[ItemRunner]()
+#: On a benchmark item collected with ``--collect-only``: what loading its environment found.
+LOADED_KEY = pytest.StashKey["Loaded"]()
+#: The environments loaded by this collection (``collect/precheck.py``'s cache).
+LOAD_CACHE_KEY = pytest.StashKey[dict[str, Any]]()
 
 
 def is_benchmark_file(path: Path, config: pytest.Config, explicit: bool) -> bool:
@@ -84,6 +90,7 @@ class BenchmarkFile(pytest.Module):
         # benchmark, then each benchmark's own; pytest shows them in its warnings summary.
         for notice in session.redactor.take_notices():
             warnings.warn_explicit(SecretWarning(notice), SecretWarning, str(self.path), 0)
+        loaded = self._check(benchmark, session.settings)
         for tag in ("eval", *benchmark.config.tags):
             _register_marker(self.config, tag)
         models = session.settings.models
@@ -104,8 +111,32 @@ class BenchmarkFile(pytest.Module):
                 item.add_marker(tag)
             if item.reference is not None:
                 item.reference_nodeid = items[0].nodeid
+            if loaded is not None:
+                item.stash[LOADED_KEY] = loaded
             items.append(item)
         return items
+
+    def _check(self, benchmark: Benchmark, settings: Settings) -> Loaded | None:
+        """What can be checked without a request (collect/precheck.py), before any server
+        starts: a problem is this file's collection error. Under ``--collect-only`` the
+        environment is loaded too (a full check, as asked for); what it found is returned."""
+        from pytest_modal_eval.collect.precheck import (
+            load_problems,
+            problems_message,
+            quick_problems,
+        )
+        from pytest_modal_eval.config.backends import backend
+        from pytest_modal_eval.exceptions import BenchmarkError
+
+        local = settings.models if backend(settings.backend).starts_server else ()
+        problems = quick_problems(benchmark, local)
+        loaded = None
+        if not problems and self.config.option.collectonly and not settings.collect_quick:
+            cache = self.config.stash.setdefault(LOAD_CACHE_KEY, {})
+            problems, loaded = load_problems(benchmark, cache)
+        if problems:
+            raise BenchmarkError(problems_message(self.path, problems))
+        return loaded
 
     def repr_failure(self, excinfo: ExceptionInfo[BaseException]) -> str | TerminalRepr:  # type: ignore[override]
         from pytest_modal_eval.exceptions import BenchmarkError

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pytest_modal_eval.config.overrides import apply_overrides
+from pytest_modal_eval.config.overrides import apply_overrides, did_you_mean
 from pytest_modal_eval.config.schema import SECRET_FLAG_ERROR, BenchmarkConfig
 from pytest_modal_eval.exceptions import BenchmarkError
 
@@ -19,6 +19,9 @@ from pytest_modal_eval.exceptions import BenchmarkError
 class Benchmark:
     path: Path
     config: BenchmarkConfig
+    #: The ``--override`` values applied over the YAML (key, value), in order: where a value
+    #: that is not the YAML's came from.
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     @property
     def name(self) -> str:
@@ -62,7 +65,7 @@ def load_benchmark(path: Path, overrides: list[tuple[str, Any]] | None = None) -
             f"{path}: chat_template: file {template!r} not found (paths are relative to "
             "the benchmark YAML)"
         )
-    return Benchmark(path=path, config=config)
+    return Benchmark(path=path, config=config, overrides=tuple(overrides or ()))
 
 
 def _explain(path: Path, exc: ValidationError, overrides: list[tuple[str, Any]]) -> str:
@@ -74,7 +77,8 @@ def _explain(path: Path, exc: ValidationError, overrides: list[tuple[str, Any]])
         kind = error["type"]
         if kind == "extra_forbidden":
             allowed = _allowed_keys(error["loc"][:-1])
-            lines.append(f"  {loc}{origin}: unknown key; allowed here: {', '.join(allowed)}")
+            hint = did_you_mean(str(error["loc"][-1]), allowed)
+            lines.append(f"  {loc}{origin}: unknown key{hint}; allowed here: {', '.join(allowed)}")
         elif kind == "missing":
             lines.append(f"  {loc}: required field is missing")
         elif kind == SECRET_FLAG_ERROR:

@@ -192,6 +192,17 @@ def add_options(parser: pytest.Parser) -> None:
         "directory.",
     )
     group.addoption(
+        "--eval-collect-quick",
+        dest="modal_eval_collect_quick",
+        action="store_true",
+        default=False,
+        help="with --collect-only: check each benchmark without loading its environment (the "
+        "YAML, --override, the environment installed, a bundled environment's data files, a "
+        "local --model's files), as every run's collection does; for tools that collect "
+        "often, such as an editor's test discovery. -v then prints no plan. Default: load "
+        "each environment, a full check.",
+    )
+    group.addoption(
         "--eval-lock-timeout",
         dest="modal_eval_lock_timeout",
         metavar="SECONDS",
@@ -364,6 +375,8 @@ class Settings:
     detach: DetachSettings | None = None
     # Inside a detached container (CONTAINER_ENV): its CPU cores and memory (MiB).
     container: tuple[float, int] | None = None
+    # --eval-collect-quick: --collect-only loads no environment.
+    collect_quick: bool = False
 
     @property
     def model(self) -> str | None:
@@ -450,6 +463,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
         shard=option("modal_eval_shard"),
         detach=_detach(option, config.getini, ini),
         container=_container(os.environ.get(CONTAINER_ENV)),
+        collect_quick=bool(option("modal_eval_collect_quick")),
     )
 
 

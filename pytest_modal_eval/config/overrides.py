@@ -29,7 +29,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         )
     namespace, _, field_path = key.partition(".")
     if namespace not in OVERRIDE_NAMESPACES:
-        hint = _closest(namespace, OVERRIDE_NAMESPACES)
+        hint = did_you_mean(namespace, OVERRIDE_NAMESPACES)
         raise OptionError(
             f"--override {key}: unknown namespace {namespace!r}{hint}; "
             f"valid namespaces: {', '.join(OVERRIDE_NAMESPACES)}"
@@ -40,7 +40,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if model is not None:
         field = field_path.split(".", 1)[0]
         if field not in model.model_fields:
-            hint = _closest(field, model.model_fields)
+            hint = did_you_mean(field, model.model_fields)
             raise OptionError(
                 f"--override {key}: unknown key {field!r} in {namespace!r}{hint}; "
                 f"valid keys: {', '.join(f'{namespace}.{f}' for f in model.model_fields)}"
@@ -83,6 +83,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[tuple[str, Any]]) -> d
     return result
 
 
-def _closest(word: str, choices: Any) -> str:
+def did_you_mean(word: str, choices: Any) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``word``, else ``""``: the
+    one suggestion both a benchmark YAML's keys and ``--override``'s get."""
     match = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {match[0]!r}?)" if match else ""

@@ -276,13 +276,18 @@ class BaselineExtension(SingleFileSnapshotExtension):
     def get_snapshot_name(cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0) -> str:
         name = getattr(test_location.item, BASELINE_NAME_ATTR, None)
         if isinstance(name, str) and name:
-            # Cleaned as syrupy cleans an item's name, so that a benchmark's baseline recorded
-            # by its one-model item (named like the benchmark) is this same file.
-            stem = "".join(
-                c for c in name if c not in _UNSAFE_IN_NAMES and not category(c).startswith("C")
-            )
-            return stem[: cls._max_stem_length()]
+            return cls.file_stem(name)
         return cls.item_snapshot_name(test_location)
+
+    @classmethod
+    def file_stem(cls, name: str) -> str:
+        """A benchmark's baseline file's name without ``.json``: ``name`` cleaned as syrupy
+        cleans an item's name, so that a benchmark's baseline recorded by its one-model item
+        (named like the benchmark) is this same file."""
+        stem = "".join(
+            c for c in name if c not in _UNSAFE_IN_NAMES and not category(c).startswith("C")
+        )
+        return stem[: cls._max_stem_length()]
 
     @classmethod
     def item_snapshot_name(cls, test_location: PyTestLocation) -> str:
@@ -319,6 +324,14 @@ class BaselineExtension(SingleFileSnapshotExtension):
         location = snapshot.test_location
         name = cls.item_snapshot_name(location)
         return Path(cls.dirname(test_location=location)) / f"{name}.{cls.file_extension}"
+
+
+def baseline_file(benchmark_path: Path, name: str) -> Path:
+    """Where the stored baseline of benchmark ``name``, collected from the YAML at
+    ``benchmark_path``, is: ``<its directory>/__baselines__/<name>.json``, the file its items'
+    ``snapshot`` reads (read without one: before any item runs)."""
+    folder = benchmark_path.parent / BaselineExtension.baseline_dirname
+    return folder / f"{BaselineExtension.file_stem(name)}.{BaselineExtension.file_extension}"
 
 
 class BaselineStatus(StrEnum):

@@ -16,7 +16,9 @@ def record_verdict(
 ) -> None:
     """The gate's verdict in the run's ``metadata.json`` (what ``runs``, ``show``, the report
     and ``pytest_modal_eval_finished`` hooks read): the one of the latest session that judged
-    the run, with the threshold it applied (``threshold``, gate.min_avg_reward); with its
+    the run, with the threshold it applied (``threshold``, gate.min_avg_reward) and the parts
+    of the gate that failed it (``gate_failed``: threshold, metrics, errors, baseline,
+    vs_reference); with its
     comparison with the reference model (``vs_reference``) when it made one. A file that
     cannot be written leaves a warning, not an error."""
     paths = RunPaths(run_dir)
@@ -26,6 +28,7 @@ def record_verdict(
             return
         metadata["verdict"] = "pass" if verdict.passed else "fail"
         metadata["gate_reasons"] = list(verdict.reasons)
+        metadata["gate_failed"] = list(verdict.failed_by)
         metadata["threshold"] = verdict.threshold
         if reference is not None:
             figures = reference.to_dict()

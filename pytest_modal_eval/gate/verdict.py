@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval.runs.early_stop import (
     BASELINE,
     REFERENCE,
+    REWARD,
     failure_reasons,
     gated_thresholds,
 )
@@ -82,6 +84,29 @@ class ReferenceComparison:
 TRUNCATION_WARN_SHARE = 0.5
 
 
+#: The parts of a gate that can fail it, as the summary row (``FAIL: baseline``), the JUnit
+#: property ``gate_failed`` and ``metadata.json`` (``gate_failed``) name them:
+#: ``gate.min_avg_reward``,
+THRESHOLD = "threshold"
+#: ``gate.min_metrics``,
+METRICS = "metrics"
+#: ``gate.max_error_rate`` (or no example evaluated at all),
+ERRORS = "errors"
+#: a significant drop from the stored baseline (``gate.max_drop``),
+DROP_FROM_BASELINE = "baseline"
+#: and ``gate.vs_reference``.
+VS_REFERENCE = "vs_reference"
+
+
+def verdict_label(passed: bool, failed_by: Sequence[str] = ()) -> str:
+    """The verdict as every report words it: ``PASS``, or ``FAIL`` with what failed it
+    (``FAIL: baseline``, ``FAIL: threshold, errors``); plain ``FAIL`` when that is not known
+    (a run recorded without it)."""
+    if passed:
+        return "PASS"
+    return f"FAIL: {', '.join(failed_by)}" if failed_by else "FAIL"
+
+
 @dataclass
 class Verdict:
     passed: bool
@@ -90,6 +115,21 @@ class Verdict:
     # The mean reward the gate asked for (gate.min_avg_reward), read here once: the JUnit
     # properties, metadata.json and the HTML report take it from the verdict.
     threshold: float | None = None
+    # Which parts of the gate failed it (THRESHOLD, METRICS, ERRORS, DROP_FROM_BASELINE,
+    # VS_REFERENCE), each once, in the order of its first reason.
+    failed_by: list[str] = field(default_factory=list)
+
+    def fail(self, part: str, reason: str) -> None:
+        """The gate fails, by ``part`` (one of the names above), for ``reason``."""
+        self.passed = False
+        self.reasons.append(reason)
+        if part not in self.failed_by:
+            self.failed_by.append(part)
+
+    @property
+    def label(self) -> str:
+        """``PASS``, or ``FAIL: <what failed it>`` (:func:`verdict_label`)."""
+        return verdict_label(self.passed, self.failed_by)
 
 
 def _unrounded(value: float, threshold: float) -> str:
@@ -109,28 +149,40 @@ def undetectable_warning(c: PairedComparison, field: str) -> str | None:
     )
 
 
-def _below_thresholds(scored: Any, metrics: dict[str, float], gate: GateConfig) -> list[str]:
+def _below_thresholds(
+    scored: Any, metrics: dict[str, float], gate: GateConfig
+) -> list[tuple[str, str]]:
     """Why ``scored``'s mean reward (its ``summary``) and ``metrics`` miss the gate's
-    thresholds (min_avg_reward, min_metrics); empty when they do not."""
+    thresholds (min_avg_reward, min_metrics), each with the part of the gate it fails; empty
+    when they do not."""
     reasons = []
     summary = scored.summary
     if gate.min_avg_reward is not None and summary.mean < gate.min_avg_reward:
         reasons.append(
-            f"mean reward {describe_score(scored)} < gate.min_avg_reward "
-            f"{gate.min_avg_reward:g}{_unrounded(summary.mean, gate.min_avg_reward)}"
+            (
+                THRESHOLD,
+                f"mean reward {describe_score(scored)} < gate.min_avg_reward "
+                f"{gate.min_avg_reward:g}{_unrounded(summary.mean, gate.min_avg_reward)}",
+            )
         )
     for metric, threshold in sorted(gate.min_metrics.items()):
         value = metrics.get(metric)
         if value is None:
             known = ", ".join(sorted(metrics)) or "none"
             reasons.append(
-                f"gate.min_metrics.{metric}: the environment reports no such metric "
-                f"(metrics: {known})"
+                (
+                    METRICS,
+                    f"gate.min_metrics.{metric}: the environment reports no such metric "
+                    f"(metrics: {known})",
+                )
             )
         elif value < threshold:
             reasons.append(
-                f"metric {metric} = {fmt(value)} < gate.min_metrics.{metric} {threshold:g}"
-                f"{_unrounded(value, threshold)}"
+                (
+                    METRICS,
+                    f"metric {metric} = {fmt(value)} < gate.min_metrics.{metric} {threshold:g}"
+                    f"{_unrounded(value, threshold)}",
+                )
             )
     return reasons
 
@@ -152,44 +204,56 @@ def decide(
     }
     if comparison is not None and BASELINE not in decided_early:
         if comparison.regressed:
-            verdict.reasons.append(
+            verdict.fail(
+                DROP_FROM_BASELINE,
                 "significant drop from the stored baseline: "
-                + "; ".join(describe_comparison(comparison))
+                + "; ".join(describe_comparison(comparison)),
             )
         elif (warning := undetectable_warning(comparison, "gate.max_drop")) is not None:
             verdict.warnings.append(f"baseline: {warning}")
     if reference is not None and gate.vs_reference is not None and REFERENCE not in decided_early:
         c = reference.comparison
         if c.regressed:
-            verdict.reasons.append(
+            verdict.fail(
+                VS_REFERENCE,
                 f"significantly worse than the reference model {reference.model} "
                 "(gate.vs_reference): "
-                + "; ".join(describe_comparison(c, "reference", "this model"))
+                + "; ".join(describe_comparison(c, "reference", "this model")),
             )
         elif (warning := undetectable_warning(c, "gate.vs_reference.max_drop")) is not None:
             verdict.warnings.append(f"vs reference {reference.model}: {warning}")
     summary = outcome.summary
     if outcome.errored and outcome.error_rate > gate.max_error_rate:
-        verdict.reasons.append(
+        verdict.fail(
+            ERRORS,
             f"{len(outcome.errored)} of {outcome.n_sent} examples "
             f"{'sent ' if outcome.unsent else ''}could not be evaluated "
             f"(error rate {outcome.error_rate:.1%} > gate.max_error_rate "
             f"{gate.max_error_rate:.1%}); first: example {min(outcome.errored)}: "
-            f"{outcome.errored[min(outcome.errored)]}"
+            f"{outcome.errored[min(outcome.errored)]}",
         )
     plan = outcome.seat_plan
     if summary is None:
-        verdict.reasons.append("no example was evaluated")
+        verdict.fail(ERRORS, "no example was evaluated")
     elif early is not None:
         # Decided on a random subset by confidence sequences: their verdict, not the subset's
         # means against the thresholds (see runs/early_stop.py for its error bound).
         thresholds = gated_thresholds(gate.min_avg_reward, gate.min_metrics)
-        verdict.reasons += failure_reasons(early, thresholds)
+        parts = [THRESHOLD if name == REWARD else METRICS for name in early.failed]
+        parts += [
+            DROP_FROM_BASELINE if p.name == BASELINE else VS_REFERENCE
+            for p in early.paired
+            if p.regressed
+        ]
+        # failure_reasons gives one reason per failed sequence, in this order.
+        for part, reason in zip(parts, failure_reasons(early, thresholds), strict=True):
+            verdict.fail(part, reason)
     else:
         metrics = {**outcome.metric_means, **{p.name: p.mean for p in outcome.pass_at_k}}
         # With several seats, the figures above are the headline seat's: say which.
         prefix = f"seat {plan.headline}: " if plan.seats else ""
-        verdict.reasons += [prefix + r for r in _below_thresholds(outcome, metrics, gate)]
+        for part, reason in _below_thresholds(outcome, metrics, gate):
+            verdict.fail(part, prefix + reason)
     if summary is not None and early is None:
         for seat in plan.gated():
             figures = outcome.seats[seat]
@@ -200,7 +264,8 @@ def decide(
             reasons = _below_thresholds(
                 figures, figures.metric_means, gate.model_copy(update={"min_metrics": own})
             )
-            verdict.reasons += [f"seat {seat}: {reason}" for reason in reasons]
+            for part, reason in reasons:
+                verdict.fail(part, f"seat {seat}: {reason}")
     rollouts_total = (summary.n_examples * outcome.rollouts) if summary else 0
     if rollouts_total and outcome.truncated_rollouts / rollouts_total > TRUNCATION_WARN_SHARE:
         verdict.warnings.append(

@@ -52,6 +52,8 @@ def record_properties(
         ("truncated_rollouts", outcome.truncated_rollouts),
         ("threshold", threshold if threshold is not None else "none"),
         ("verdict", "pass" if verdict.passed else "fail"),
+        # What failed the gate (gate.verdict's parts, comma-separated): "" when it passed.
+        ("gate_failed", ",".join(verdict.failed_by)),
         ("eval_s", round(outcome.eval_s, 1)),  # the run's evaluation time (runs.times)
         ("run_dir", str(outcome.run_dir)),
         ("run_id", outcome.run_id),

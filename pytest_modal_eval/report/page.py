@@ -7,8 +7,10 @@ baseline comparison) comes in as :class:`SessionFigures`.
 
 The page shows every example of every run, so the rows are built for size: one array per
 example, embedded as JSON, which the browser renders one page at a time; prompts and
-completions longer than :data:`MAX_TEXT` characters are cut, with the line of
-``results.jsonl`` that holds the whole text.
+completions longer than :data:`MAX_TEXT` characters keep their beginning and their end (where
+a completion's answer is), with the line of ``results.jsonl`` that holds the whole text. Each
+row has the answer the environment's parser read from each rollout (``parsed_answer``) beside
+the expected one.
 
 Runs whose ``metadata.json`` records a comparison with a reference model (``vs_reference``)
 are paired with the reference's run (:func:`compare_runs`): the page shows them side by side
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_modal_eval.gate.verdict import verdict_label
 from pytest_modal_eval.runs.messages import messages_text, question
 from pytest_modal_eval.runs.paths import CHECKPOINT, RESULTS, RunPaths
 from pytest_modal_eval.runs.reader import iter_records
@@ -31,7 +34,8 @@ from pytest_modal_eval.runs.store import describe_error
 from pytest_modal_eval.runs.unfinished import read_unfinished
 from pytest_modal_eval.stats.format import describe_attempts
 
-#: Characters of a prompt or completion kept in the page; the rest is in results.jsonl.
+#: Characters of a prompt or completion kept in the page, half from its beginning and half
+#: from its end; the rest is in results.jsonl.
 MAX_TEXT = 2000
 #: An example counts as solved at this mean reward (as in the statistics' flip lists).
 SOLVED_THRESHOLD = 0.5
@@ -42,7 +46,7 @@ SHOWN_KEYS = frozenset(
         "time_ms", "avg_reward", "stderr", "ci", "ci_level", "ci_method", "n_evaluated",
         "errors", "errored_example_ids", "truncated_rollouts", "answer_hash", "verdict",
         "threshold", "gate", "vs_reference", "early_stop", "unfinished", "seat", "seats",
-        "attempts",
+        "attempts", "gate_failed",
     }
 )  # fmt: skip
 _PASS_AT = re.compile(r"^pass(@|_at_)(\d+)$")
@@ -58,6 +62,7 @@ class SessionFigures:
 
     threshold: float | None = None
     verdict: str | None = None  # "pass" / "fail"
+    failed_by: tuple[str, ...] = ()  # what failed the gate (gate.verdict's parts)
     comparison: dict[str, Any] | None = None  # a PairedComparison as a dict
     interrupted: bool = False  # Ctrl-C ended the session while it evaluated this run
 
@@ -84,6 +89,7 @@ class RunSection:
     truncated: int
     threshold: float | None
     verdict: str | None
+    verdict_text: str | None  # PASS, or FAIL with what failed it (gate.verdict.verdict_label)
     time_s: float | None
     cost: Any
     comparisons: list[dict[str, Any]]
@@ -99,6 +105,8 @@ class RunSection:
     vs_reference: dict[str, Any] | None = None
     is_reference: bool = False  # a run other runs on the page were compared with
     early_stop: str | None = None  # how gate.early_stop decided the run, when it did
+    # The examples evaluated when gate.early_stop decided before the rest were sent.
+    stopped_after: int | None = None
     # An unfinished run (no metadata.json): its kept and selected examples, and whether this
     # session's Ctrl-C left it so; its figures are over the kept examples only.
     unfinished: dict[str, Any] | None = None
@@ -165,6 +173,10 @@ def read_run(
         config = run_config.get("config")
         gate = config.get("gate") if isinstance(config, dict) else None
         threshold = _float(gate.get("min_avg_reward")) if isinstance(gate, dict) else None
+    # The verdict as this session decided it, else as the run recorded it (gate/record.py).
+    verdict = session.verdict or _str(meta.get("verdict"))
+    recorded_parts = meta.get("gate_failed") if not session.verdict else None
+    failed_by = session.failed_by or tuple(str(part) for part in recorded_parts or ())
     comparisons = _comparisons(meta)
     if session.comparison is not None:
         comparisons.insert(0, {"label": "stored baseline", **session.comparison})
@@ -194,7 +206,8 @@ def read_run(
         errors=int(meta.get("errors") or 0),
         truncated=int(meta.get("truncated_rollouts") or 0),
         threshold=threshold,
-        verdict=session.verdict or _str(meta.get("verdict")),
+        verdict=verdict,
+        verdict_text=verdict_label(verdict == "pass", failed_by) if verdict else None,
         time_s=time_ms / 1000 if time_ms is not None else None,  # evaluation time
         cost=_cost(meta),
         comparisons=comparisons,
@@ -207,6 +220,9 @@ def read_run(
     early = meta.get("early_stop")
     if isinstance(early, Mapping) and early.get("decided"):
         bench.early_stop = _str(early.get("summary")) or _str(early.get("text"))
+        evaluated = early.get("evaluated")
+        if isinstance(evaluated, int) and not isinstance(evaluated, bool):
+            bench.stopped_after = evaluated
     bench.missed = sum(1 for r in rows if r[1] is not None and r[1] < SOLVED_THRESHOLD)
     bench.flipped = sum(1 for r in rows if r[6])
     bench.errored_rows = sum(1 for r in rows if r[5] is not None)
@@ -221,7 +237,7 @@ def read_run(
             "interrupted": session.interrupted,
         }
         bench.records_file = CHECKPOINT
-        bench.verdict = None  # no gate decides an unfinished run
+        bench.verdict = bench.verdict_text = None  # no gate decides an unfinished run
     return bench
 
 
@@ -326,13 +342,17 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _cut(text: str, line: int, source: str = RESULTS) -> tuple[str, bool]:
-    """``text`` cut to :data:`MAX_TEXT` characters; a lone surrogate (a server's JSON can carry
-    one; a UTF-8 page cannot) is shown as U+FFFD."""
+    """``text`` cut to :data:`MAX_TEXT` characters, its beginning and its end (a completion's
+    answer is at its end), the middle left out with where to find it; a lone surrogate (a
+    server's JSON can carry one; a UTF-8 page cannot) is shown as U+FFFD."""
     text = _SURROGATE.sub("\ufffd", text)
     if len(text) <= MAX_TEXT:
         return text, False
+    kept = MAX_TEXT // 2
+    left_out = len(text) - 2 * kept
     return (
-        f"{text[:MAX_TEXT]}\n… [{len(text) - MAX_TEXT} more characters: {source} line {line}]",
+        f"{text[:kept]}\n… [{left_out} characters left out here: {source} line {line}] …\n"
+        f"{text[-kept:]}",
         True,
     )
 
@@ -348,14 +368,16 @@ def _rows(
     None, prompt, completion, answer, error, flip (0, 1 solved->missed, 2 missed->solved),
     first line in ``source`` (results.jsonl, or an unfinished run's checkpoint), rewards of its
     rollouts, the prompt's last user message, each rollout's plays (the rewards of a seat
-    played several times, null for an errored play; null when every rollout played once)].
-    ``records`` are (line, record) in example order."""
+    played several times, null for an errored play; null when every rollout played once),
+    each rollout's parsed answer (null for a rollout without one; null when no rollout has
+    one)]. ``records`` are (line, record) in example order."""
     rows: list[list[Any]] = []
     cut = 0
     current: list[Any] | None = None
     rewards: list[float] = []
     completions: list[str] = []
     plays: list[list[float | None]] = []
+    parsed: list[str | None] = []
 
     def close() -> None:
         if current is None:
@@ -370,6 +392,7 @@ def _rows(
             current[3] = completions[0] if completions else ""
         current[8] = rewards[:] if len(rewards) > 1 else None
         current[10] = plays[:] if any(len(p) > 1 for p in plays) else None
+        current[11] = parsed[:] if any(p is not None for p in parsed) else None
         rows.append(current)
 
     # Several seats: the rows are the headline seat's, whose figures the report shows.
@@ -386,12 +409,14 @@ def _rows(
             flip = 1 if example_id in lost else 2 if example_id in gained else 0
             answer = record.get("answer")
             current = [example_id, None, prompt, "", "" if answer is None else str(answer),
-                       None, flip, line, None, asked, None]  # fmt: skip
-            rewards, completions, plays = [], [], []
+                       None, flip, line, None, asked, None, None]  # fmt: skip
+            rewards, completions, plays, parsed = [], [], [], []
         completion, was_cut = _cut(messages_text(record.get("completion")), line, source)
         cut += was_cut
         completions.append(completion)
         plays.append([_play_reward(play) for play in record.get("attempts") or ()])
+        given = record.get("parsed_answer")
+        parsed.append(None if given is None else _cut(str(given), line, source)[0])
         if record.get("error"):
             current[5] = describe_error(record["error"])
         else:
@@ -401,7 +426,7 @@ def _rows(
     for example_id in meta.get("errored_example_ids") or ():
         if str(example_id) not in seen:
             rows.append(
-                [str(example_id), None, "", "", "", "not evaluated", 0, None, None, "", None]
+                [str(example_id), None, "", "", "", "not evaluated", 0, None, None, "", None, None]
             )
     return rows, cut
 

@@ -116,6 +116,7 @@ def figures(props: dict[str, Any]) -> SessionFigures:
     return SessionFigures(
         threshold=float(threshold) if isinstance(threshold, (int, float)) else None,
         verdict=str(props["verdict"]) if "verdict" in props else None,
+        failed_by=tuple(_ids(props.get("gate_failed"))),
         comparison=comparison,
     )
 

@@ -85,6 +85,9 @@ class SummaryCollector:
         """The summary, on the controller only (workers have no terminal reporter output)."""
         if not self.rows and not self.errors:
             return
+        # Here: the plugin loads this module in every session, most print no summary.
+        from pytest_modal_eval.gate.verdict import verdict_label
+
         tr = _Escaping(terminalreporter)
         tr.section("evaluation summary")
         # A row without figures has ci_level "n/a"; the header takes the first level given.
@@ -113,7 +116,7 @@ class SummaryCollector:
                         f"{fmt_any(figures['avg_reward'])} ± {fmt_any(figures['stderr'])}",
                         fmt_interval(figures["ci_low"], figures["ci_high"]),
                         f">= {figures['threshold']}" if figures["threshold"] != "none" else "-",
-                        str(row["verdict"]).upper(),
+                        verdict_label(row["verdict"] == "pass", _parts(row.get("gate_failed"))),
                         f"{float(row['eval_s']):.1f}s",
                         self._shown(str(row["run_dir"])),
                     )
@@ -201,6 +204,11 @@ class _Escaping:
         self._tr.write_line(escape(line), **markup)
 
 
+def _parts(value: Any) -> list[str]:
+    """The ``gate_failed`` property (comma-separated) as a list."""
+    return [part for part in str(value or "").split(",") if part]
+
+
 def _serving_line(row: dict[str, Any]) -> str:
     times = (
         f"start-up {float(row.get('server_startup_s', 0)):.1f}s, "
@@ -221,9 +229,9 @@ def _serving_line(row: dict[str, Any]) -> str:
 def _notes(row: dict[str, Any]) -> list[tuple[str, str]]:
     """A summary row's notes and warnings: (what groups it with the same note of another
     benchmark or model, the line)."""
-    benchmark, run_id = str(row["benchmark"]), str(row.get("run_id") or "")
+    benchmark = str(row["benchmark"])
     return [
-        (f"{kind}: {_generic(str(text), benchmark, run_id)}", f"{kind}: {text}")
+        (f"{kind}: {_generic(str(text), benchmark)}", f"{kind}: {text}")
         for kind, texts in (("note", row["notes"]), ("WARNING", row["warnings"]))
         for text in texts
     ]
@@ -241,11 +249,9 @@ def _subjects(pairs: list[tuple[str, str]]) -> str:
     return "; ".join(f"{benchmark} ({', '.join(found)})" for benchmark, found in models.items())
 
 
-def _generic(text: str, benchmark: str, run_id: str = "") -> str:
-    """A note with its benchmark's name as ``<benchmark>`` and its run's id as ``<run>``: the
-    same note of several benchmarks or models (``no baseline yet
-    (evals/__baselines__/<benchmark>.json)``, ``every selected example was finished in run
-    <run>``) is written once; each run's id is in the table."""
-    if run_id:
-        text = text.replace(run_id, "<run>")
+def _generic(text: str, benchmark: str) -> str:
+    """A note with its benchmark's name as ``<benchmark>``: the same note of several benchmarks
+    or models (``no baseline yet (evals/__baselines__/<benchmark>.json)``) is written once. A
+    note naming its run (``every selected example was finished in run ...``) is written for
+    each run, with its id."""
     return re.sub(rf"(?<![\w.-]){re.escape(benchmark)}(?![\w-])", "<benchmark>", text)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pytest_modal_eval.exceptions import RunFileError
-from pytest_modal_eval.model_names import legacy_model_slug, model_label, model_slug
+from pytest_modal_eval.model_names import earlier_model_slugs, model_label, model_slug
 from pytest_modal_eval.runs.paths import RUN_CONFIG, RunListing, RunPaths, read_listing
 
 #: The fix every "no such run" message gives: where a user finds a run's id and directory.
@@ -110,7 +110,7 @@ def model_matches(query: str, listing: RunListing) -> bool:
         names |= {slug, slug.removeprefix("local--"), slug.removeprefix("default--")}
     asked = {query, query.rstrip("/")}
     if query.strip("/"):
-        asked |= {model_slug(query), legacy_model_slug(query), model_label(query)}
+        asked |= {model_slug(query), model_label(query), *earlier_model_slugs(query)}
     return bool(asked & names)
 
 

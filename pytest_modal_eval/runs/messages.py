@@ -38,6 +38,23 @@ def messages_text(messages: Any) -> str:
     return json.dumps(messages, ensure_ascii=False)
 
 
+def final_reply(messages: Any) -> str:
+    """The model's last word in a completion: its last assistant message's text (or the
+    completion itself when it is a plain string); "" when it has none. The messages may be
+    verifiers' own (pydantic models), as a rollout's output holds them."""
+    if isinstance(messages, str):
+        return messages
+    if not isinstance(messages, list):
+        return ""
+    for message in reversed(messages):
+        dump = getattr(message, "model_dump", None)  # verifiers' pydantic messages
+        if callable(dump):
+            message = dump()
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            return content_text(message.get("content"))
+    return ""
+
+
 def question(messages: Any) -> str:
     """The last user message of a chat prompt: what differs from one example to the next (a
     system prompt and few-shot turns are the same on every example); "" when there is none."""

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_modal_eval.exceptions import RunFileError
-from pytest_modal_eval.model_names import legacy_model_slug, model_slug
+from pytest_modal_eval.model_names import earlier_model_slugs, model_slug
 from pytest_modal_eval.redact import REDACTED
 from pytest_modal_eval.runs import reader
 
@@ -323,15 +323,16 @@ def benchmark_dir(output_dir: Path, benchmark: str, slug: str) -> Path:
 
 
 def model_run_dir(output_dir: Path, benchmark: str, model: str) -> tuple[str, Path]:
-    """The slug and directory holding a benchmark's runs with ``model``: the slug's, unless only
-    the plain spelling's directory exists (``legacy_model_slug``: its runs stay resumable)."""
+    """The slug and directory holding a benchmark's runs with ``model``: the slug's, unless
+    only an earlier spelling's directory exists (``earlier_model_slugs``: its runs stay
+    resumable)."""
     slug = model_slug(model)
     found = benchmark_dir(output_dir, benchmark, slug)
-    legacy = legacy_model_slug(model)
-    if legacy != slug and not found.exists():
-        old = benchmark_dir(output_dir, benchmark, legacy)
-        if old.is_dir():
-            return legacy, old
+    if not found.exists():
+        for earlier in earlier_model_slugs(model):
+            old = benchmark_dir(output_dir, benchmark, earlier)
+            if old.is_dir():
+                return earlier, old
     return slug, found
 
 

@@ -81,6 +81,7 @@ class Metadata(_Checked):
     truncated_rollouts: int | None = None
     avg_metrics: dict[str, float | None] | None = None
     verdict: str | None = None
+    gate_failed: list[str] | None = None
     threshold: float | None = None
     serving: dict[str, Any] | None = None
     early_stop: dict[str, Any] | None = None

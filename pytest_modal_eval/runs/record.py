@@ -12,6 +12,9 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, TypedDict, get_type_hints
 
+from pytest_modal_eval.envs import parsed_answer
+from pytest_modal_eval.runs.messages import final_reply
+
 
 class RolloutRecord(TypedDict):
     """One line of ``results.jsonl``."""
@@ -25,6 +28,14 @@ class RolloutRecord(TypedDict):
     completion: Annotated[Any, "The model's answer: a list of chat messages (or a string)."]
     task: Annotated[str, "The environment's task name."]
     answer: Annotated[Any, "The reference answer from the dataset, when it has one."]
+    parsed_answer: Annotated[
+        str | None,
+        "The answer the environment's parser read from the completion, which its rubric "
+        "compares with answer: the bundled environments' final answer (the last \\boxed{}, "
+        "else the last number, else the last line), a verifiers 0.3 environment's own parser's "
+        "(Parser.parse_answer); null when the environment has no parser of its own, or the "
+        "rollout errored.",
+    ]
     reward: Annotated[
         float,
         "The rollout's reward (0 for an errored rollout; one that is not a finite number, such "
@@ -86,12 +97,14 @@ def field_docs() -> dict[str, tuple[str, str]]:
 
 
 def rollout_record(
-    output: dict[str, Any], rollout: int, task_default: str, *, slot_wait_s: float | None = None
+    output: dict[str, Any], rollout: int, env_id: str, *, slot_wait_s: float | None = None
 ) -> dict[str, Any]:
     """One rollout of verifiers' output as a :class:`RolloutRecord` (plus its metric keys).
 
-    ``slot_wait_s`` is how long the rollout's requests waited for a free request slot
-    (``eval.prefetch``): harness time, taken out of ``generation_ms``.
+    ``env_id`` is the benchmark's environment: the record's task when verifiers names none,
+    and the parser of a bundled environment's answer. ``slot_wait_s`` is how long the
+    rollout's requests waited for a free request slot (``eval.prefetch``): harness time, taken
+    out of ``generation_ms``.
     """
     timing = output.get("timing") or {}
     wait_ms = round(float(slot_wait_s or 0.0) * 1000, 3)
@@ -112,8 +125,9 @@ def rollout_record(
         "rollout": rollout,
         "prompt": output.get("prompt"),
         "completion": output.get("completion"),
-        "task": output.get("task") or task_default,
+        "task": output.get("task") or env_id,
         "answer": output.get("answer"),
+        "parsed_answer": _parsed_answer(output, env_id),
         "reward": reward,
         "generation_ms": round(max(0.0, ms("generation") - wait_ms), 3),
         "slot_wait_ms": wait_ms,
@@ -135,6 +149,17 @@ def rollout_record(
     # Metric keys sit between the fixed fields and "metrics", as the file has always had them.
     flat["metrics"] = flat.pop("metrics")
     return flat
+
+
+def _parsed_answer(output: dict[str, Any], env_id: str) -> str | None:
+    """What the environment's parser read: the adapter's (``parsed_answer`` in ``output``,
+    from a verifiers 0.3 environment's own parser), else a bundled environment's."""
+    if output.get("error"):
+        return None
+    if "parsed_answer" in output:
+        given = output["parsed_answer"]
+        return None if given is None else str(given)
+    return parsed_answer(env_id, final_reply(output.get("completion")))
 
 
 def _score(name: str, value: Any) -> tuple[float, dict[str, str] | None]:

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import secrets
-import tempfile
 import time
 import warnings
 from array import array
@@ -128,8 +127,7 @@ def replaced_atomically(path: Path, then: str = KEPT, *, binary: bool = False) -
     share one) and renamed, so a reader (or a crash) never sees half a file. On any failure the
     temporary file is removed and an OSError is a :class:`RecordingError` naming ``path``."""
     with recording(path, then):
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        tmp = Path(name)
+        fd, tmp = _new_temporary(path)
         try:
             with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as out:
                 yield out
@@ -137,6 +135,18 @@ def replaced_atomically(path: Path, then: str = KEPT, *, binary: bool = False) -
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
+
+
+def _new_temporary(path: Path) -> tuple[int, Path]:
+    """A new file beside ``path`` with a unique name, open for writing. Created with mode 0o666
+    less the umask, as ``open`` creates a file (``mkstemp``'s 0o600 would make every file written
+    this way private, unlike the run's other files and the report's readers' expectations)."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def write_json_atomic(path: Path, value: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -26,6 +27,18 @@ def on_loopback(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def api_key_hint(variable: str, environ: Mapping[str, str]) -> str:
+    """Where the API key of a refused request came from, and how to fix it: an unset (or empty)
+    variable sent no key at all, which a mistyped ``--api-key-env`` name explains."""
+    if not environ.get(variable):
+        return (
+            f"${variable}, the variable --api-key-env names (default OPENAI_API_KEY), is not "
+            f"set, so no API key was sent: export {variable}=<key>, or name the variable that "
+            "holds the key with --api-key-env."
+        )
+    return f"The API key is read from ${variable} (set --api-key-env to use another variable)."
 
 
 class EndpointChecker:
@@ -93,8 +106,7 @@ def _probe(endpoint: Endpoint, timeout: float) -> _Verdict:
     if response.status_code in (401, 403):
         return _Verdict(
             f"endpoint {endpoint.base_url} refused the credentials (HTTP {response.status_code} "
-            f"on GET {url}). The API key is read from ${endpoint.api_key_env or 'OPENAI_API_KEY'}"
-            " (set --api-key-env to use another variable).",
+            f"on GET {url}). {api_key_hint(endpoint.api_key_env or 'OPENAI_API_KEY', os.environ)}"
         )
     if response.status_code != 200:
         return _Verdict(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +74,43 @@ def model_dir_problem(model: str) -> str | None:
         return (
             f"--model {model}: the directory holds no {MODEL_CONFIG}, so it is not a model "
             "that vLLM can load; give the directory saved by save_pretrained() (or a Hub id)"
+        )
+    return None
+
+
+#: Files holding a model's weights, as vLLM's loaders find them in a directory.
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+#: Files holding a tokenizer, as transformers' AutoTokenizer finds them in a directory.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "tekken.json",
+)
+
+
+def model_files_problem(model: str, vllm_args: Sequence[str] = ()) -> str | None:
+    """Why a ``--model`` directory that holds a ``config.json`` still cannot be served: no
+    weights (unless ``vllm.extra_args`` picks a ``--load-format`` that needs none) or no
+    tokenizer (unless ``--tokenizer`` names one elsewhere); None for a Hub id, or a directory
+    :func:`model_dir_problem` refuses (its message says why)."""
+    if not looks_like_path(model) or model_dir_problem(model) is not None:
+        return None
+    path = Path(model).expanduser()
+    given = [str(arg).split("=", 1)[0] for arg in vllm_args]
+    if "--load-format" not in given and not any(
+        next(path.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS
+    ):
+        return (
+            f"--model {model}: the directory holds no weights ({', '.join(WEIGHT_PATTERNS)}); "
+            "give the directory saved by save_pretrained(), with its weights"
+        )
+    if "--tokenizer" not in given and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        return (
+            f"--model {model}: the directory holds no tokenizer ({', '.join(TOKENIZER_FILES)}); "
+            "save the tokenizer beside the model (tokenizer.save_pretrained(directory)), or "
+            "name one with vllm.extra_args: [--tokenizer, ORG/NAME]"
         )
     return None
 

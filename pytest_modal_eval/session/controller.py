@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_modal_eval.collect.context import EvalContext
+from pytest_modal_eval.collect.plans import BenchmarkPlans
 from pytest_modal_eval.collect.server_plan import FinishedItems
 from pytest_modal_eval.report.interrupted import InterruptNotice
 from pytest_modal_eval.report.progress import LiveProgress
@@ -72,6 +73,8 @@ class ControllerSession:
         self.share = share
         self.broker: Broker | None = None
         self.tracing = tracing
+        self.plans = BenchmarkPlans(session)
+        self.collection_errors = 0  # benchmarks' collection errors workers reported (xdist)
 
     def _keepers(self) -> list[SummaryCollector | SessionReport | SessionShare | FinishedItems]:
         """The objects that keep something of each report."""
@@ -147,8 +150,15 @@ class ControllerSession:
             self.notice.write(reporter, workers=self.broker is not None)
         return result
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Runs on the controller once the selection is final: under ``--collect-only -v``,
+        the benchmarks to plan (printed with the summary)."""
+        if self.config.option.collectonly and self.config.get_verbosity() > 0:
+            self.plans.add(session.items)
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """Runs on the controller: what was shared, where the report is, the summary table."""
+        """Runs on the controller: what was shared, where the report is, the summary table;
+        under ``--collect-only -v``, each selected benchmark's plan."""
         if self.share is not None:
             self.share.write(terminalreporter)
         if self.report is not None:
@@ -156,6 +166,21 @@ class ControllerSession:
         self.summary.write(terminalreporter)
         if self.tracing is not None and self.tracing.line is not None:
             terminalreporter.write_line(self.tracing.line, yellow=True)
+        self.plans.write(terminalreporter)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Under xdist, a benchmark's collection error reaches the controller from a worker,
+        and xdist would run the items that did collect: the session stops instead, before any
+        item asks for a server, as pytest stops on a collection error without xdist (unless
+        ``--continue-on-collection-errors``)."""
+        if not report.failed or self.config.option.continue_on_collection_errors:
+            return
+        dsession = self.config.pluginmanager.getplugin("dsession")
+        if dsession is None or Path(report.nodeid.split("::")[0]).suffix not in (".yaml", ".yml"):
+            return  # without xdist pytest stops; another kind of file is xdist's business
+        self.collection_errors += 1
+        count = self.collection_errors
+        dsession.shouldstop = f"{count} error{'s' * (count != 1)} during collection"
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:

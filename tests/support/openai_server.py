@@ -17,8 +17,9 @@ uses tools: a request offering ``tools`` whose question ("What is the value of K
 tool result yet is answered with a call of the first tool, ``{"key": KEY}``; once the result is
 in the conversation, the answer is that result (right or wrong as ``accuracy`` says).
 ``/admin/config`` (POST JSON) changes any setting at run time and ``/admin/stats`` counts
-requests, the most ever in flight at once among them; with ``record_bodies``, ``/admin/bodies``
-lists each chat request's JSON body.
+requests (``requests``: every one but ``/admin``'s, to any path, answered or not), the most ever
+in flight at once among them; with ``record_bodies``, ``/admin/bodies`` lists each chat
+request's JSON body.
 
 Run: ``python -m tests.support.openai_server --model test-model [--answers F.jsonl]``;
 it prints ``listening on http://127.0.0.1:PORT`` once ready.
@@ -444,7 +445,14 @@ async def _stream(
 
 
 def build_app(fake: FakeModel) -> web.Application:
-    app = web.Application()
+    @web.middleware
+    async def count(request: web.Request, handler: Any) -> web.StreamResponse:
+        if not request.path.startswith("/admin/"):
+            fake.stats["requests"] += 1
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    app = web.Application(middlewares=[count])
     app.router.add_get("/v1/models", fake.models)
     app.router.add_post("/v1/chat/completions", fake.chat)
     app.router.add_get("/health", fake.health)

@@ -1,15 +1,17 @@
 "use strict";
 // Example tables: rows arrive as JSON ([id, reward, prompt, completion, answer, error, flip,
 // line in results.jsonl (an unfinished run's: checkpoint.jsonl), rollout rewards, the
-// prompt's last user message, each rollout's plays of a seat played several times]) and are
-// rendered a page at a time, so a report of 100,000 examples opens as fast as one of ten.
+// prompt's last user message, each rollout's plays of a seat played several times, each
+// rollout's parsed answer]) and are rendered a page at a time, so a report of 100,000
+// examples opens as fast as one of ten. Model text is only ever set as text (textContent),
+// never as markup.
 // The comparison view's tables of disagreements ([id, reference's row, challenger's row,
 // flip]) point into the same rows.
 (function () {
   const PAGE = 100;
   const SNIPPET = 90;
   const SOLVED = Number(document.body.dataset.solved || "0.5");
-  const ID = 0, REWARD = 1, PROMPT = 2, COMPLETION = 3, ANSWER = 4, ERROR = 5, FLIP = 6, LINE = 7, ROLLOUTS = 8, QUESTION = 9, PLAYS = 10;
+  const ID = 0, REWARD = 1, PROMPT = 2, COMPLETION = 3, ANSWER = 4, ERROR = 5, FLIP = 6, LINE = 7, ROLLOUTS = 8, QUESTION = 9, PLAYS = 10, PARSED = 11;
   const ROWS = new Map();
 
   // A run's rows, parsed once (the example table and the comparison view share them).
@@ -29,6 +31,19 @@
   function answerText(row) {
     return (row[COMPLETION] || "").replace(/^assistant: /, "");
   }
+  // The answer the environment's parser read, per rollout ("12 | 13" for two that differ);
+  // null when the environment has no parser of its own.
+  function parsed(row) {
+    const answers = row[PARSED];
+    if (!answers) return null;
+    const shown = answers.map(a => a === null ? "–" : a);
+    return new Set(shown).size === 1 ? shown[0] : shown.join(" | ");
+  }
+  // What decides an answer's reward: its parsed answer, else the end of the completion.
+  function decisive(row) {
+    const answer = parsed(row);
+    return answer === null ? ending(answerText(row)) : snippet(answer);
+  }
   function fixed(reward) {
     return reward === null ? "–" : reward.toFixed(3);
   }
@@ -37,6 +52,11 @@
     const flat = (text || "").replace(/\s+/g, " ").trim();
     return flat.length > SNIPPET ? flat.slice(0, SNIPPET) + "…" : flat;
   }
+  // The end of a long text, where a completion's answer is.
+  function ending(text) {
+    const flat = (text || "").replace(/\s+/g, " ").trim();
+    return flat.length > SNIPPET ? "…" + flat.slice(-SNIPPET) : flat;
+  }
   function cell(tr, text, cls) {
     const td = document.createElement("td");
     td.textContent = text;
@@ -44,12 +64,21 @@
     tr.appendChild(td);
     return td;
   }
-  function block(parent, label, text) {
+  // A heading and its text; ``atEnd``: the text is shown scrolled to its end (a completion,
+  // whose answer is there).
+  // A cell cut on its left when too narrow, so that the text's end stays in sight.
+  function endCell(tr, text, cls) {
+    const td = cell(tr, "", cls + " ends");
+    td.appendChild(Object.assign(document.createElement("span"), {textContent: text}));
+    return td;
+  }
+  function block(parent, label, text, atEnd) {
     if (!text) return;
     const h = document.createElement("h4");
     h.textContent = label;
     const pre = document.createElement("pre");
     pre.textContent = text;
+    if (atEnd) pre.className = "end";
     parent.append(h, pre);
   }
 
@@ -70,6 +99,7 @@
     const frag = document.createDocumentFragment();
     for (const item of this.shown.slice(this.page * PAGE, (this.page + 1) * PAGE)) this.row(frag, item);
     this.body.replaceChildren(frag);
+    for (const pre of this.body.querySelectorAll("pre.end")) pre.scrollTop = pre.scrollHeight;
     const total = this.total();
     this.count.textContent = this.shown.length === total ? `${total} examples` : `${this.shown.length} of ${total} examples`;
     this.pageLabel.textContent = `page ${this.page + 1} of ${pages}`;
@@ -143,7 +173,7 @@
     const q = this.query.toLowerCase();
     if (q && this.haystack === null) {
       // Built on the first search only: lower-cased text of each row.
-      this.haystack = this.rows.map(r => [r[ID], r[QUESTION] || "", r[PROMPT], r[COMPLETION], r[ANSWER], r[ERROR] || ""].join("\u0000").toLowerCase());
+      this.haystack = this.rows.map(r => [r[ID], r[QUESTION] || "", r[PROMPT], r[COMPLETION], parsed(r) || "", r[ANSWER], r[ERROR] || ""].join("\u0000").toLowerCase());
     }
     const shown = [];
     for (let i = 0; i < this.rows.length; i++) {
@@ -164,13 +194,16 @@
     const button = idCell(tr, row[ID], row[FLIP], "solved before, missed now", "missed before, solved now");
     cell(tr, fixed(row[REWARD]), "reward");
     cell(tr, snippet(question(row)), "text").title = "the last user message; open the example for the whole prompt";
-    cell(tr, snippet(row[COMPLETION]), "text");
+    endCell(tr, ending(answerText(row)), "text completion").title = "the end of the completion; open the example for all of it";
+    const answer = parsed(row);
+    const parsedCell = cell(tr, answer === null ? "–" : snippet(answer), "parsed");
+    if (answer === null) parsedCell.title = "the environment has no parser of its own: its reward reads the completion";
     cell(tr, snippet(row[ANSWER]), "answer");
     cell(tr, row[ERROR] === null ? "" : snippet(row[ERROR]), "error");
     frag.appendChild(tr);
     if (!this.open.has(index)) return;
     button.setAttribute("aria-expanded", "true");
-    const [detail, td] = detailRow(6);
+    const [detail, td] = detailRow(7);
     const info = document.createElement("p");
     info.className = "muted";
     const parts = [`example ${row[ID]}`];
@@ -182,8 +215,9 @@
     info.textContent = parts.join(" · ");
     td.appendChild(info);
     block(td, "prompt", row[PROMPT]);
-    block(td, "completion", row[COMPLETION]);
-    block(td, "answer", row[ANSWER]);
+    block(td, "completion", row[COMPLETION], true);
+    block(td, "parsed answer", answer);
+    block(td, "expected answer", row[ANSWER]);
     block(td, "error", row[ERROR]);
     frag.appendChild(detail);
   };
@@ -233,19 +267,24 @@
     cell(tr, fixed(ref[REWARD]), "reward reference");
     cell(tr, fixed(row[REWARD]), "reward challenger");
     cell(tr, snippet(question(row)), "text");
-    cell(tr, snippet(answerText(ref)), "text reference");
-    cell(tr, snippet(answerText(row)), "text challenger");
+    endCell(tr, decisive(ref), "parsed reference");
+    endCell(tr, decisive(row), "parsed challenger");
     cell(tr, snippet(row[ANSWER]), "answer");
     frag.appendChild(tr);
     if (!this.open.has(id)) return;
     button.setAttribute("aria-expanded", "true");
     const [detail, td] = detailRow(7);
     block(td, "prompt", row[PROMPT]);
-    block(td, `reference's answer (reward ${fixed(ref[REWARD])})`, ref[COMPLETION]);
-    block(td, `this model's answer (reward ${fixed(row[REWARD])})`, row[COMPLETION]);
-    block(td, "expected", row[ANSWER]);
+    block(td, `reference's completion (reward ${fixed(ref[REWARD])}${parsedLabel(ref)})`, ref[COMPLETION], true);
+    block(td, `this model's completion (reward ${fixed(row[REWARD])}${parsedLabel(row)})`, row[COMPLETION], true);
+    block(td, "expected answer", row[ANSWER]);
     frag.appendChild(detail);
   };
+
+  function parsedLabel(row) {
+    const answer = parsed(row);
+    return answer === null ? "" : `, parsed answer ${answer}`;
+  }
 
   for (const details of document.querySelectorAll("details.disagreements")) wire(new Diffs(details));
   document.body.dataset.ready = "1";
