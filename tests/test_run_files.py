@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from pytest_modal_eval.cli import main
 from pytest_modal_eval.exceptions import RunFileError
 from pytest_modal_eval.runs import reader
+from pytest_modal_eval.runs.local_key import KEY_FILE
 from pytest_modal_eval.runs.paths import RunPaths
 from pytest_modal_eval.runs.record import rollout_record
 from pytest_modal_eval.runs.store import Checkpoint, write_json_atomic, write_results
@@ -514,7 +515,8 @@ def test_temporary_files_are_unique_per_writer(tmp_path: Path) -> None:
 
 def test_every_file_of_a_session_follows_the_umask(project: BenchmarkProject) -> None:
     """The report and the run's files are created as ``open`` creates a file: 0o666 less the
-    umask (here 0o027: readable by the group, by no one else), none private by accident."""
+    umask (here 0o027: readable by the group, by no one else), none private by accident:
+    only the secret key is."""
     project.add("alpha", n=2)
     previous = os.umask(0o027)
     try:
@@ -528,6 +530,8 @@ def test_every_file_of_a_session_follows_the_umask(project: BenchmarkProject) ->
         if path.is_file()
     }
     assert "report.html" in modes and any(name.endswith("/metadata.json") for name in modes)
+    # The output directory's key for secret settings' stand-ins is this user's only, on purpose.
+    assert modes.pop(KEY_FILE) == 0o600
     assert {name: mode for name, mode in modes.items() if mode != 0o640} == {}
 
 

@@ -98,7 +98,8 @@ def load_environment(
     if unknown:
         raise EnvironmentLoadError(
             f"environment {env_id!r} rejected env_args: unknown "
-            f"{' and '.join(repr(key) for key in unknown)} (env_args: {', '.join(FILE_QA_ARGS)})"
+            f"{' and '.join(repr(key) for key in unknown)}; the env_args it takes: "
+            f"{', '.join(FILE_QA_ARGS)}"
         )
     path, system_prompt = env_args.get("path"), env_args.get("system_prompt")
     if not isinstance(path, str) or not path:
