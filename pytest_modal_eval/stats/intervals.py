@@ -3,7 +3,9 @@
 One function per kind of reward, each vectorised over many datasets at once (the last axis is
 the examples) so a simulation can check the coverage of exactly the code that reports it:
 
-- :func:`beta_binomial_score` for pass/fail rewards: a score interval in which every candidate
+- :func:`beta_binomial_score` for pass/fail rewards (reported with one rollout per example, where
+  it is Wilson's; with several it is the benchmarks' reference only: it under-covers where
+  examples' rates sit at two values, docs/trust.md): a score interval in which every candidate
   mean brings its own fit of how much examples differ. Each example has its own solve rate,
   drawn from a beta distribution with mean mu; its rollouts are binomial given that rate (the
   beta-binomial model, whose intra-example correlation is rho = 1 / (k + 1) for the beta's
@@ -13,12 +15,12 @@ the examples) so a simulation can check the coverage of exactly the code that re
   therefore checked against the spread those examples would need to have at each candidate,
   not only the spread one sample happened to show. With one rollout per example rho drops out
   and this is Wilson's score interval of a proportion.
-- :func:`betting` for other rewards in [0, 1] (or a declared range rescaled to it: partial
-  credit, a judge's scores, payoffs): the betting confidence interval of Waudby-Smith &
-  Ramdas over the example means, which covers whatever their distribution -- near 0 or 1,
-  judge scores piled up at two values, examples that differ as much as they can -- at the
-  price of about 1.4 times the width of an interval from the normal approximation where that
-  approximation holds.
+- :func:`betting` for pass/fail rewards with several rollouts and other rewards in [0, 1] (or a
+  declared range rescaled to it: partial credit, a judge's scores, payoffs): the betting
+  confidence interval of Waudby-Smith & Ramdas over the example means, which covers whatever
+  their distribution -- near 0 or 1, judge scores piled up at two values, examples that differ
+  as much as they can -- at the price of about 1.4 times the width of an interval from the
+  normal approximation where that approximation holds.
 - :func:`clustered_wilson`: a Wilson score interval whose sample size is the *effective*
   number of independent rollouts, n * r divided by the design effect measured from the spread
   of the example means, with a t quantile whose degrees of freedom come from a jackknife of

@@ -277,7 +277,7 @@ class RewardSummary:
     n_examples: int
     n_rollouts: int
     rollouts_per_example: int
-    interval: str = intervals.METHOD_BETA_BINOMIAL
+    interval: str = intervals.METHOD_WILSON
     reward_range: tuple[float, float] | None = None  # the range the interval lies within
 
     def to_dict(self) -> dict[str, Any]:
@@ -305,15 +305,17 @@ def summarize(
 
     The interval always lies within the rewards' range:
 
-    - every reward 0 or 1 (with ``bounds``, at one end or the other of them: pass/fail): the
-      beta-binomial score interval
-      (:func:`~pytest_modal_eval.stats.intervals.beta_binomial_score`); with one rollout per
-      example that is Wilson's interval of a proportion (``interval == "wilson"``).
+    - every reward 0 or 1 (with ``bounds``, at one end or the other of them: pass/fail), one
+      rollout per example: Wilson's interval of a proportion (``interval == "wilson"``).
     - other rewards within [0, 1] or ``bounds`` (the range rewards can take by construction,
       rescaled to [0, 1]; partial credit, continuous scores, a judge's probabilities,
-      payoffs): the betting interval of the example means
+      payoffs), and pass/fail rewards with several rollouts (each example's mean is then a
+      fraction): the betting interval of the example means
       (:func:`~pytest_modal_eval.stats.intervals.betting`, ``interval == "betting"``), whose
-      coverage does not depend on how the example means are distributed.
+      coverage does not depend on how the example means are distributed. A model of how
+      examples differ (the beta-binomial score interval) is about half as wide but covers as
+      little as 73% where examples' rates sit at two values, as a judge-like benchmark's do
+      (docs/trust.md).
     - otherwise the range is unknown: a t interval clipped to the smallest and largest reward
       observed (``interval == "t-clipped"``).
 
@@ -362,12 +364,11 @@ def summarize(
         low, width = bounds[0], bounds[1] - bounds[0]
         if bounds != (0.0, 1.0):  # pass/fail: every reward at one end of the range
             binary = _is_binary((np.asarray(flat) - low) / width)
-        if binary:
-            # An example's mean times its rollouts is its passes (exactly, for 0/1 rewards).
-            passes = np.rint((means - low) / width * counts).astype(np.int64)
+        if binary and most_rollouts == 1:
+            # One pass/fail rollout per example: its mean is its pass (exactly, for 0/1).
+            passes = np.rint((means - low) / width).astype(np.int64)
             found = intervals.beta_binomial_score(passes, counts, confidence=confidence)
-            single = most_rollouts == 1
-            method = intervals.METHOD_WILSON if single else intervals.METHOD_BETA_BINOMIAL
+            method = intervals.METHOD_WILSON
         else:
             found = intervals.betting((means - low) / width, confidence=confidence)
             method = intervals.METHOD_BETTING
