@@ -173,7 +173,7 @@ def test_detach_wait_runs_the_session_on_modal_pull_and_compare(
     assert listed.exit_code == 0, listed.output
     runs = {run["benchmark"]: run for run in json.loads(listed.output)}
     assert runs["alpha"]["state"] == "complete" and runs["alpha"]["avg_reward"] == 1.0
-    [remote_dir] = stand_in.runs("alpha--default--test-model")
+    [remote_dir] = stand_in.runs("alpha--test-model")
     run_id = remote_dir.name
     metadata = json.loads((remote_dir / "metadata.json").read_text())
     assert metadata["serving"]["container"]["cpu"] == 2.0  # the container's time is recorded
@@ -238,7 +238,7 @@ def test_a_preempted_container_resumes_losing_and_repeating_nothing(
     # The server holds every request after the first third: once the held ones fill every
     # slot and the Volume has what finished, nothing changes until the kill.
     def committed() -> list[int]:
-        runs = stand_in.runs("alpha--default--test-model")
+        runs = stand_in.runs("alpha--test-model")
         return example_ids(runs[0] / "checkpoint.jsonl") if runs else []
 
     wait_for(lambda: project.server.stats().get("in_flight", 0) == concurrency, what="held")
@@ -256,7 +256,7 @@ def test_a_preempted_container_resumes_losing_and_repeating_nothing(
         "state": "done",
         "value": {"exit_code": 0, "session": sid, "state": "finished"},
     }
-    [run_dir] = stand_in.runs("alpha--default--test-model")
+    [run_dir] = stand_in.runs("alpha--test-model")
     results = read_jsonl(run_dir / "results.jsonl")
     assert sorted(r["example_id"] for r in results) == list(range(n))
     asked = project.server.stats()["by_question"]
@@ -328,7 +328,7 @@ def test_stop_ends_a_session_and_leaves_nothing_running(
     assert stopped.exit_code == 0, stopped.output
     assert f"session {sid} stopped: exit status 2" in stopped.output  # pytest's "interrupted"
     assert calls_left_running(stand_in.root) == {}
-    [run_dir] = stand_in.runs("alpha--default--test-model")
+    [run_dir] = stand_in.runs("alpha--test-model")
     assert len(example_ids(run_dir / "checkpoint.jsonl")) == 5  # what finished is kept
     listed = cli("logs", "--json")
     [info] = json.loads(listed.output)
@@ -363,16 +363,16 @@ def test_fan_out_with_shards_equals_one_unsharded_session(
     assert project.server.stats()["chat_requests"] == 31 * 2 + 7
     workers = sorted(p.name for p in (stand_in.volume / "sessions" / sid / "workers").iterdir())
     assert workers == [
-        "alpha--default--test-model--1-of-3",
-        "alpha--default--test-model--2-of-3",
-        "alpha--default--test-model--3-of-3",
-        "beta--default--test-model",
+        "alpha--test-model--1-of-3",
+        "alpha--test-model--2-of-3",
+        "alpha--test-model--3-of-3",
+        "beta--test-model",
     ]
     assert len(stand_in.calls()) == 5  # the controller and its four workers
     shard_ids = []
     for k in (1, 2, 3):
-        folder = stand_in.volume / "shards" / "alpha--default--test-model" / f"{k}-of-3"
-        [shard_run] = [p for p in (folder / "alpha--default--test-model").iterdir() if p.is_dir()]
+        folder = stand_in.volume / "shards" / "alpha--test-model" / f"{k}-of-3"
+        [shard_run] = [p for p in (folder / "alpha--test-model").iterdir() if p.is_dir()]
         shard_ids.append(sorted(set(example_ids(shard_run / "checkpoint.jsonl"))))
     assert shard_ids == [list(range(0, 10)), list(range(10, 20)), list(range(20, 31))]
     assert output.count("evaluation summary") == 1  # one summary, the final pass's
@@ -382,9 +382,9 @@ def test_fan_out_with_shards_equals_one_unsharded_session(
     project.server.configure(reset_stats=True)
     local = run(project, f"--eval-output-dir={tmp_path / 'local'}", timeout=180)
     assert local.ret == result.ret
-    [merged] = stand_in.runs("alpha--default--test-model")
+    [merged] = stand_in.runs("alpha--test-model")
     [single] = [
-        p for p in (tmp_path / "local" / "alpha--default--test-model").iterdir() if p.is_dir()
+        p for p in (tmp_path / "local" / "alpha--test-model").iterdir() if p.is_dir()
     ]
     a = json.loads((merged / "metadata.json").read_text())
     b = json.loads((single / "metadata.json").read_text())

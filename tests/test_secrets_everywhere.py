@@ -468,7 +468,7 @@ def test_the_plan_shows_no_secret(
     )
     out = "\n".join(result.outlines + result.errlines)
     assert result.ret == pytest.ExitCode.OK, out
-    assert "      api_key: '[secret " in out and "api_key_var: ACME_JUDGE" in out, out
+    assert "      api_key: '[redacted]'" in out and "api_key_var: ACME_JUDGE" in out, out
     assert "api_key_env: AZURE_OPENAI_KEY" in out, out
     assert project.server.stats().get("requests", 0) == 0
     _assert_no_secret(project, out, [])

@@ -63,7 +63,7 @@ def test_an_offline_wandb_run_per_benchmark_holds_the_figures_and_the_table(
     result.stdout.fnmatch_lines(
         [
             "*shared results*",
-            "W&B (offline): logged alpha--default--test-model, beta--default--test-model;"
+            "W&B (offline): logged alpha--test-model, beta--test-model;"
             " upload with `wandb sync */wandb/offline-run-* */wandb/offline-run-*`",
         ]
     )
@@ -71,7 +71,7 @@ def test_an_offline_wandb_run_per_benchmark_holds_the_figures_and_the_table(
     runs = sorted((output / "wandb").glob("offline-run-*"))
     assert len(runs) == 2
     by_name = {inspect(run, "--summary")["name"]: run for run in runs}
-    assert set(by_name) == {"alpha--default--test-model", "beta--default--test-model"}
+    assert set(by_name) == {"alpha--test-model", "beta--test-model"}
 
     for name, run in by_name.items():
         benchmark = name.split("--")[0]
