@@ -1,13 +1,17 @@
 """Coverage of the reported intervals over the full simulation grids.
 
-Pass/fail rewards (the default): for every cell of the grid -- examples n, rollouts r, true
-mean reward mu, and how much examples differ (each example's own rate drawn from Beta(mu k,
-(1 - mu) k); k = None: all alike; "two-point": every example's rate is 0.005 or 0.9, or 0.1 or
-0.995 for mu >= 0.5, the judge-like extreme) -- ``--datasets`` datasets are simulated and
-summarised by :func:`pytest_modal_eval.stats.intervals.beta_binomial_score`, the code
-``summarize`` reports pass/fail rewards with. Each dataset's true mean is jittered by +-20% of
-its distance to the nearer end of [0, 1], as in tests/test_interval_coverage.py, so a binomial
-interval's lattice of possible counts averages out.
+Pass/fail rewards (the default): for every cell of the grid -- examples n, rollouts r, true mean
+reward mu, and how much examples differ (each example's own rate drawn from Beta(mu k, (1 - mu)
+k); k = None: all alike; "two-point": every example's rate is 0.005 or 0.9, or 0.1 or 0.995 for
+mu >= 0.5, the judge-like extreme) -- ``--datasets`` datasets are simulated and summarised by
+the interval ``summarize`` reports for pass/fail rewards: Wilson's
+(:func:`pytest_modal_eval.stats.intervals.beta_binomial_score` with one rollout) for one rollout
+per example, else the betting interval of the example means
+(:func:`~pytest_modal_eval.stats.intervals.betting`); with several rollouts the beta-binomial
+score interval's coverage is printed beside it (a model of how examples differ, not reported: it
+falls short where examples' rates sit at two values). Each dataset's true mean is jittered by
++-20% of its distance to the nearer end of [0, 1], as in tests/test_interval_coverage.py, so a
+binomial interval's lattice of possible counts averages out.
 
 Printed per cell: the coverage, the share of datasets whose true mean lies above the interval
 and below it, and the mean width; with ``--reference`` also the coverage of the clustered
@@ -84,6 +88,7 @@ class Coverage:
     width: float
     clustered: float | None  # the clustered Wilson interval
     reference: float | None  # Wilson's, with the true design effect
+    beta_binomial: float | None = None  # several rollouts: the beta-binomial score interval
 
 
 def simulate(rng: np.random.Generator, cell: Cell, datasets: int) -> tuple[FloatArray, IntArray]:
@@ -124,9 +129,15 @@ def _covered(found: intervals.Intervals, mus: FloatArray) -> float:
 
 def measure(rng: np.random.Generator, cell: Cell, datasets: int, reference: bool) -> Coverage:
     mus, passes = simulate(rng, cell, datasets)
-    found = intervals.beta_binomial_score(passes, cell.rollouts)
+    # What summarize reports: Wilson's for one rollout, else the betting interval of the means.
+    if cell.rollouts == 1:
+        found = intervals.beta_binomial_score(passes, 1)
+    else:
+        found = intervals.betting(passes / cell.rollouts)
     above, below = mus > found.high, mus < found.low
-    clustered = known = None
+    clustered = known = beta = None
+    if cell.rollouts > 1:
+        beta = _covered(intervals.beta_binomial_score(passes, cell.rollouts), mus)
     if reference:
         means = passes / cell.rollouts
         clustered = _covered(intervals.clustered_wilson(means, cell.rollouts), mus)
@@ -138,6 +149,7 @@ def measure(rng: np.random.Generator, cell: Cell, datasets: int, reference: bool
         width=float(np.mean(found.high - found.low)),
         clustered=clustered,
         reference=known,
+        beta_binomial=beta,
     )
 
 
@@ -285,6 +297,8 @@ def main() -> None:
             if result.reference is None
             else f"  clustered-wilson {result.clustered:.3f}  true-deff {result.reference:.3f}"
         )
+        if result.beta_binomial is not None:
+            ref += f"  beta-binomial {result.beta_binomial:.3f}"
         print(
             f"{cell.label()}  coverage {result.covered:.3f}  above {result.above:.3f}"
             f"  below {result.below:.3f}  width {result.width:.4f}{ref}"
@@ -304,11 +318,20 @@ def main() -> None:
             line += f"   clustered-wilson {min(wilson):.3f}-{max(wilson):.3f}"
             line += f"   true-deff {min(refs):.3f}-{max(refs):.3f}"
         print(line)
+    # Wilson's (one rollout) aims at 95%; the betting interval (several) is conservative by
+    # design: only its shortfalls count.
     outside = sorted(
-        ((c, v.covered) for c, v in results.items() if not TARGET[0] <= v.covered <= TARGET[1]),
+        (
+            (c, v.covered)
+            for c, v in results.items()
+            if v.covered < TARGET[0] or (c.rollouts == 1 and v.covered > TARGET[1])
+        ),
         key=lambda item: item[1],
     )
-    print(f"\ncells outside {TARGET[0]:.0%}-{TARGET[1]:.0%}: {len(outside)}")
+    print(
+        f"\ncells outside {TARGET[0]:.0%}-{TARGET[1]:.0%} (several rollouts: below "
+        f"{TARGET[0]:.0%}): {len(outside)}"
+    )
     for cell, covered in outside:
         print(f"  {cell.label()}  {covered:.3f}")
 
