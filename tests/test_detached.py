@@ -383,9 +383,7 @@ def test_fan_out_with_shards_equals_one_unsharded_session(
     local = run(project, f"--eval-output-dir={tmp_path / 'local'}", timeout=180)
     assert local.ret == result.ret
     [merged] = stand_in.runs("alpha--test-model")
-    [single] = [
-        p for p in (tmp_path / "local" / "alpha--test-model").iterdir() if p.is_dir()
-    ]
+    [single] = [p for p in (tmp_path / "local" / "alpha--test-model").iterdir() if p.is_dir()]
     a = json.loads((merged / "metadata.json").read_text())
     b = json.loads((single / "metadata.json").read_text())
     for key in ("avg_reward", "stderr", "ci", "n_evaluated", "num_examples", "errors", "verdict"):

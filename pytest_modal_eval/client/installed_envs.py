@@ -24,6 +24,13 @@ ApiName = Literal["classic", "v1"]
 #: Environments the plugin ships for the classic API, and for the v1 API.
 BUNDLED_CLASSIC = ("file-qa",)
 BUNDLED_V1 = ("file-qa", "lookup-qa")
+#: The bundled environments the plugin runs itself (``client/native.py``), importing no
+#: framework, with the env_args its own runner takes (``base_dir``, the benchmark's directory,
+#: is the plugin's). Anything more (verifiers 0.4's ``task``: judges, a taskset's settings) or
+#: an ``agent`` section goes to the installed verifiers, which plays it as its own evaluation
+#: does (``verifiers_adapter.runs_natively``).
+NATIVE = ("file-qa",)
+FILE_QA_ARGS = ("path", "system_prompt")
 
 #: How to install the environments the shipped benchmarks use (Prime environment hub).
 CLASSIC_INSTALL_HINT = (

@@ -34,7 +34,7 @@ from typing import Any, Literal, overload
 
 from pytest_modal_eval.client.answer_journal import AnswerJournal, current_example
 from pytest_modal_eval.client.direct_client import open_plain_client, slot_waits
-from pytest_modal_eval.client.installed_envs import installed_api
+from pytest_modal_eval.client.installed_envs import FILE_QA_ARGS, NATIVE, installed_api
 from pytest_modal_eval.client.observe import current_rollout
 from pytest_modal_eval.client.rollout_seeds import ROLLOUT_COLUMN, SLOT_WAIT_COLUMN, seeded
 from pytest_modal_eval.client.workers import Intake, run_workers
@@ -47,12 +47,6 @@ from pytest_modal_eval.envs.file_qa import (
 )
 from pytest_modal_eval.exceptions import EnvironmentLoadError, RunAborted
 from pytest_modal_eval.serving.endpoint import Endpoint
-
-#: The environments run here, whatever verifiers is installed.
-NATIVE = ("file-qa",)
-
-#: file-qa's env_args (``base_dir`` is the benchmark's directory, set by the plugin).
-FILE_QA_ARGS = ("path", "system_prompt")
 
 ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
 

@@ -20,9 +20,11 @@ those the installed verifiers gives (``tests/test_native_parity.py``).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
+
+from pytest_modal_eval.client.installed_envs import FILE_QA_ARGS, NATIVE
 
 # Which verifiers is installed, and its API: read from its version, importing nothing.
 from pytest_modal_eval.client.installed_envs import ApiName as ApiName
@@ -40,8 +42,6 @@ if TYPE_CHECKING:
 #: Environments shipped with the plugin, resolved without a separate installation
 #: (``lookup-qa`` with verifiers 0.4 only).
 BUNDLED = ("file-qa", "lookup-qa")
-#: The bundled environments the plugin runs itself (:mod:`.native`), importing no framework.
-NATIVE = ("file-qa",)
 
 ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
 
@@ -131,10 +131,23 @@ class VerifiersAPI(Protocol):
         that sent nothing are dropped."""
 
 
-def implementation(env_id: str | None = None) -> VerifiersAPI:
-    """The implementation that loads ``env_id``: the plugin's own for the environments it runs
-    itself, else the installed verifiers' API's."""
-    if env_id in NATIVE:
+def runs_natively(
+    env_id: str | None, env_args: Mapping[str, Any] | None, agent: Mapping[str, Any] | None
+) -> bool:
+    """Whether the plugin plays ``env_id`` with these settings itself (see :data:`NATIVE`)."""
+    if env_id not in NATIVE or any((agent or {}).values()):
+        return False
+    return set(env_args or {}) <= set(FILE_QA_ARGS)
+
+
+def implementation(
+    env_id: str | None = None,
+    env_args: Mapping[str, Any] | None = None,
+    agent: Mapping[str, Any] | None = None,
+) -> VerifiersAPI:
+    """The implementation that loads ``env_id`` with ``env_args`` and ``agent``: the plugin's
+    own where it runs them itself (:func:`runs_natively`), else the installed verifiers'."""
+    if runs_natively(env_id, env_args, agent):
         module = "pytest_modal_eval.client.native"
     else:
         module = {
@@ -169,7 +182,8 @@ def missing_environment(env_id: str) -> str | None:
 def load_environment(env_id: str, env_args: dict[str, Any], base_dir: Path, **options: Any) -> Any:
     """The environment (see :meth:`VerifiersAPI.load_environment`); imports verifiers only
     for an environment the plugin does not run itself."""
-    return implementation(env_id).load_environment(env_id, env_args, base_dir, **options)
+    chosen = implementation(env_id, env_args, options.get("agent"))
+    return chosen.load_environment(env_id, env_args, base_dir, **options)
 
 
 def played(env: Any, model: str | None = None) -> dict[str, Any] | None:

@@ -94,7 +94,8 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
     # (The environment is installed and a bundled one's data files are there: collection
     # checked, collect/precheck.py.)
     with contextlib.suppress(EnvironmentLoadError):  # said again, in its place, below
-        verifiers_adapter.implementation(config.env_id)  # the framework, if it needs one
+        # The framework, if it needs one.
+        verifiers_adapter.implementation(config.env_id, config.env_args, config.agent.model_dump())
     freeze_imported()
     # First, while the process is small (see read_stored).
     snapshot: Any = item.funcargs["snapshot"]
