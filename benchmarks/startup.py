@@ -167,6 +167,16 @@ def _one_install(
             "-q", "--eval-fresh", "-p", "no:cacheprovider",
         ],
     }  # fmt: skip
+    hypothesis = subprocess.run(
+        [python, "-c", "import importlib.util as u; print(bool(u.find_spec('hypothesis')))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip() == "True"  # fmt: skip
+    if hypothesis:
+        # hypothesis (this repository's test dependency) registers a pytest plugin that imports
+        # hypothesis at every session's terminal summary: its cost, beside the plugin's own.
+        contenders["the same, -p no:hypothesispytest"] = [
+            *contenders["pytest-modal-eval (1 example)"], "-p", "no:hypothesispytest",
+        ]  # fmt: skip
     vf_eval = Path(python).parent / "vf-eval"
     if vf_eval.exists() and versions[0].startswith("0.3"):
         env_args = json.dumps({"path": str(data), "system_prompt": SYSTEM_PROMPT})
@@ -206,6 +216,9 @@ def _one_install(
     )
     print_table(["command", "wall s", "CPU s", "wall / pytest --version", "CPU / same"], rows)
     checks = [["pytest-modal-eval <= 2 s wall (quiet machine)", f"{ours:.2f}", verdict(ours <= 2)]]
+    if hypothesis:
+        alone = median(walls["the same, -p no:hypothesispytest"])
+        checks.append(["the same without hypothesis's plugin", f"{alone:.2f}", verdict(alone <= 2)])
     if "vf-eval (1 example)" in walls:
         theirs = median(walls["vf-eval (1 example)"])
         checks.append(["pytest-modal-eval < vf-eval", f"{ours:.2f} vs {theirs:.2f}",
