@@ -367,3 +367,38 @@ def test_examples_a_stopped_run_never_finished_end_as_errors(receiver: OtlpRecei
     assert sorted(s.status for s in by_name["example 2"]) == ["ERROR", "UNSET"]
     finished = [s for s in by_name["rollout 2.0"] if s.status != "ERROR"]
     assert [s.attributes["modal_eval.reward"] for s in finished] == [1.0]
+
+
+def test_an_early_stopped_run_traces_the_examples_it_dropped_as_dropped_not_errors(
+    traced: BenchmarkProject, receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the gate is decided, examples taken ahead that sent nothing are dropped: their
+    spans end marked ``modal_eval.dropped``, without an error status; every evaluated example
+    has its reward, and no span of a server that never failed is an error."""
+    project = traced
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+    # Answers that take a moment: examples taken ahead wait for a request slot meanwhile.
+    project.server.configure(accuracy=1.0, delay=0.05)
+    project.add("big", n=400, gate="gate: {min_avg_reward: 0.6, early_stop: true}")
+    result = project.run_subprocess("-p", "no:randomly", "--override", "eval.max_concurrent=8")
+    assert result.ret == 0, result.stdout.str()
+    (run_dir,) = project.run_dirs("big")
+    metadata = json.loads((run_dir / "metadata.json").read_text())
+    evaluated = metadata["early_stop"]["evaluated"]
+    assert evaluated < 400
+    _wait_for(receiver, project.server.stats()["chat_requests"])
+    examples = receiver.named("example ")
+    assert [s for s in receiver.spans if s.status == "ERROR"] == []
+    dropped = [s for s in examples if s.attributes.get("modal_eval.dropped")]
+    kept = [s for s in examples if not s.attributes.get("modal_eval.dropped")]
+    assert len(kept) == evaluated
+    assert all(s.attributes.get("modal_eval.example.reward") == 1.0 for s in kept)
+    # 8 requests in flight, as many examples taken ahead waiting for a slot (eval.prefetch).
+    assert dropped, "no example was taken ahead when the gate was decided"
+    requests = receiver.named("chat ")
+    sent = [r for r in requests if not r.attributes.get("modal_eval.request.cancelled")]
+    assert len(sent) == project.server.stats()["chat_requests"]
+    # A request span that was never sent belongs to a dropped example's rollout.
+    dropped_ids = {s.span_id for s in dropped}
+    rollouts = {s.span_id for s in receiver.named("rollout ") if s.parent_id in dropped_ids}
+    assert all(r.parent_id in rollouts for r in requests if r not in sent)

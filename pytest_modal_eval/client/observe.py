@@ -67,6 +67,10 @@ class EvalObserver(Protocol):
         """An example's records (``runs.record.RolloutRecord`` as JSON, secrets removed) are
         kept: one per rollout (per seat)."""
 
+    def example_dropped(self, example_id: int) -> None:
+        """A started example was dropped before it sent anything (the run needed no more
+        examples: its gate was decided); it stays unevaluated."""
+
     def model_request(self, url: str, body: Any, rollout: tuple[int, int] | None) -> RequestWatch:
         """A request to ``url`` with the JSON ``body`` is about to be sent."""
 

@@ -36,8 +36,14 @@ class Intake:
     Runs on the client's event loop, one per run.
     """
 
-    def __init__(self, keep_sending: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        keep_sending: Callable[[], bool] = lambda: True,
+        on_drop: Callable[[int], None] | None = None,
+    ) -> None:
+        """``on_drop(example_id)`` is told of each example dropped at the close."""
         self._keep_sending = keep_sending
+        self._on_drop = on_drop
         self._unsent: dict[int, asyncio.Task[object] | None] = {}
         self._unanswered: set[int] = set()
         self.closed = False
@@ -88,8 +94,10 @@ class Intake:
         self.closed = True
         self.unanswered_at_close = len(self._unanswered)
         current = asyncio.current_task()
-        for task in self._unsent.values():
+        for example_id, task in self._unsent.items():
             if task is not None and task is not current:
                 task.cancel()
                 self.dropped += 1
+                if self._on_drop is not None:
+                    self._on_drop(example_id)
         self._unsent.clear()

@@ -336,7 +336,8 @@ class BenchmarkRun:
             return early is None or not early.decided
 
         # Once the gate is decided, the intake drops the examples that sent nothing.
-        intake = Intake(keep_sending)
+        observer = request.observer
+        intake = Intake(keep_sending, observer.example_dropped if observer is not None else None)
         checkpoint.open()
         try:
             if any(still_missing) and keep_sending():

@@ -46,6 +46,10 @@ EVALUATION_EVENT = "gen_ai.evaluation.result"
 
 EXAMPLE_ID = "modal_eval.example.id"
 ROLLOUT_INDEX = "modal_eval.rollout.index"
+#: An example (and its rollouts) dropped before it sent anything: the gate was decided.
+DROPPED = "modal_eval.dropped"
+#: A request not sent, or given up, because its example was dropped or the run cancelled.
+CANCELLED = "modal_eval.request.cancelled"
 REWARD = "modal_eval.reward"
 METRIC_PREFIX = "modal_eval.metric."
 

@@ -9,6 +9,7 @@ rollout's (of the benchmark's when the request belongs to no known rollout).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,10 @@ class RequestSpan:
         span.end()
 
     def failed(self, error: BaseException) -> None:
+        if isinstance(error, asyncio.CancelledError):  # not sent, or given up: not an error
+            self.span.set_attribute(attrs.CANCELLED, True)
+            self.span.end()
+            return
         status = getattr(error, "status_code", None)
         error_type = str(status) if isinstance(status, int) else type(error).__name__
         if isinstance(status, int):
@@ -196,6 +201,17 @@ class RunSpans:
     def _under(self, rollout: tuple[int, int] | None) -> Context | None:
         found = self.rollouts.get(rollout) if rollout is not None else None
         return found[1] if found is not None else self.parent()
+
+    def example_dropped(self, example_id: int) -> None:
+        """End a dropped example's spans, and its rollouts', as not evaluated (no error)."""
+        for key in [key for key in self.rollouts if key[0] == example_id]:
+            span = self.rollouts.pop(key)[0]
+            span.set_attribute(attrs.DROPPED, True)
+            span.end()
+        if example_id in self.examples:
+            example = self.examples.pop(example_id)
+            example.set_attribute(attrs.DROPPED, True)
+            example.end()
 
     def abandon(self, reason: str) -> None:
         """End the spans of examples that will not finish (the run stopped), as errors."""
