@@ -175,6 +175,8 @@ def _traces(
         return None
     # The headers' values (an Authorization) are secrets: never in anything written or shown.
     session.redactor.learn(trace_settings.header_values())
+    if session.settings.detach is not None:
+        return None  # traced where it runs (its container), not where it was typed
     from importlib.metadata import version
 
     from pytest_modal_eval.traces.session import TraceSession

@@ -269,3 +269,47 @@ def test_a_fanned_out_session_stops_only_the_deployments_it_started() -> None:
     serving.stop_new(said.append)
     assert apps.stopped == ["eval-new-bbbbbbbbbb"]
     assert said == ["stopped the deployment eval-new-bbbbbbbbbb this session started"]
+
+
+def test_a_shards_output_directory_shares_the_sessions_key(tmp_path: Path) -> None:
+    """Secret settings' stand-ins are keyed by the output directory's key: a shard's output
+    directory gets the session's before it runs, so the stand-ins (and the answer key the
+    merge groups runs by) are the benchmark's own; a key the shard has already is kept."""
+    from pytest_modal_eval.redact import mask_mapping
+    from pytest_modal_eval.runs.local_key import KEY_FILE, local_key, share_key
+
+    outputs, shard = tmp_path / "outputs", tmp_path / "shards" / "alpha--m" / "1-of-3"
+    settings = {"judge": {"api_key": "sk-judge-0123456789"}}
+    assert mask_mapping(settings, local_key(outputs)) != mask_mapping(settings, local_key(tmp_path))
+    share_key(outputs, shard)
+    assert mask_mapping(settings, local_key(shard)) == mask_mapping(settings, local_key(outputs))
+    assert (shard / KEY_FILE).stat().st_mode & 0o777 == 0o600
+    kept = local_key(tmp_path / "other")
+    share_key(outputs, tmp_path / "other")
+    assert local_key(tmp_path / "other") == kept
+
+
+def test_fanned_out_workers_share_nothing_the_final_pass_shares() -> None:
+    """A worker's run is a part (a shard) or is shared again by the session's final pass: the
+    sharing options stay with the final pass only; traces go with every worker."""
+    from pytest_modal_eval.detach.fanout import worker_plan
+    from pytest_modal_eval.detach.request import PlannedItem, SessionRequest
+
+    options = (
+        "--model", "m", "--wandb", "--push-to-hub", "org/results", "--hub-private",
+        "--mlflow", "--otel-endpoint=http://collector:4318",
+    )  # fmt: skip
+    request = SessionRequest(
+        session_id="s", command_key="k", options=options, paths=(), invocation="",
+        items=(PlannedItem("evals/a.yaml::a", "a", "m", "a--m", shards=2),),
+        volume="v", app_name="app", parallel=True,
+    )  # fmt: skip
+    plan = worker_plan(request)
+    assert len(plan) == 2
+    for worker in plan:
+        args = worker["args"]
+        assert args[:2] == ["--model", "m"] and "--otel-endpoint=http://collector:4318" in args
+        assert not {"--wandb", "--push-to-hub", "org/results", "--hub-private", "--mlflow"} & set(
+            args
+        )
+    assert request.args[: len(options)] == list(options)  # the final pass keeps them

@@ -35,6 +35,7 @@ from pytest_modal_eval.detach.names import (
 from pytest_modal_eval.detach.request import FRESH_OPTIONS, SessionRequest
 from pytest_modal_eval.detach.runner import Container, SessionStatus
 from pytest_modal_eval.exceptions import DetachError
+from pytest_modal_eval.runs.local_key import share_key
 
 # -- the controller ------------------------------------------------------------------------
 
@@ -117,6 +118,7 @@ def run_worker(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         box.leases.take([str(payload["lease"])], request.lock_timeout_s)
         box.calls.reload()
+        share_key(box.root / OUTPUTS, box.root / str(payload["output"]))
         code = box.run(box.command_args(list(payload["args"]), str(payload["output"]), None))
     except DetachError as exc:
         box.log.say(f"error: {exc}")

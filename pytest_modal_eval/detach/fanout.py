@@ -15,10 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval.detach.layout import OUTPUTS, shard_output
 from pytest_modal_eval.detach.names import workers_key
-from pytest_modal_eval.detach.request import PlannedItem, SessionRequest
+from pytest_modal_eval.detach.request import (
+    SHARE_OPTIONS,
+    PlannedItem,
+    SessionRequest,
+    options_removed,
+)
 from pytest_modal_eval.detach.runner import Container, SessionStatus
 from pytest_modal_eval.detach.spec import WORKER
 from pytest_modal_eval.exceptions import ServingError
+from pytest_modal_eval.runs.local_key import local_key
 
 if TYPE_CHECKING:
     from pytest_modal_eval.serving.modal.apps import ModalApps
@@ -41,7 +47,7 @@ def worker_plan(request: SessionRequest) -> list[dict[str, Any]]:
 def _worker(
     request: SessionRequest, item: PlannedItem, shard: tuple[int, int] | None
 ) -> dict[str, Any]:
-    options = list(request.options)
+    options = options_removed(request.options, SHARE_OPTIONS)
     if request.serving_on_modal:  # the controller stops the deployment (see ServingApps)
         options.append("--keep-deployment")
     name = item.runs_dir
@@ -107,6 +113,11 @@ def fan_out(box: Container, status: SessionStatus, last_pass: Callable[[], int])
 
 def _start_and_wait(box: Container, status: SessionStatus) -> None:
     request, calls = box.request, box.calls
+    # The secret settings' stand-ins in an answer key are keyed by the output directory's key
+    # (runs.local_key): made and committed before any worker starts, and copied into each
+    # shard's output directory, every shard's run has the benchmark's own answer key.
+    local_key(box.root / OUTPUTS)
+    calls.commit()
     started: dict[str, str] = dict(calls.get(workers_key(request.session_id)) or {})
     for worker in worker_plan(request):
         if worker["name"] in started:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +33,19 @@ LOCAL_OPTIONS = {
 }
 #: Options a fanned-out session's final pass leaves out: it reports the runs its workers made.
 FRESH_OPTIONS = ("--eval-fresh", "--cache-clear")
+#: Options a fanned-out session's workers leave out: the final pass shares the merged runs
+#: once (a worker's run is a part, or is shared again by the final pass).
+SHARE_OPTIONS = {"--push-to-hub": True, "--hub-private": False, "--mlflow": False, "--wandb": False}
 
 
 def local_options_removed(args: Sequence[str]) -> list[str]:
     """``args`` without :data:`LOCAL_OPTIONS` (``--opt value`` and ``--opt=value``)."""
+    return options_removed(args, LOCAL_OPTIONS)
+
+
+def options_removed(args: Sequence[str], options: Mapping[str, bool]) -> list[str]:
+    """``args`` without ``options`` (each: whether it takes a value; ``--opt value`` and
+    ``--opt=value``)."""
     kept: list[str] = []
     skip = False
     for arg in args:
@@ -44,8 +53,8 @@ def local_options_removed(args: Sequence[str]) -> list[str]:
             skip = False
             continue
         name, eq, _ = arg.partition("=")
-        if name in LOCAL_OPTIONS:
-            skip = LOCAL_OPTIONS[name] and not eq
+        if name in options:
+            skip = options[name] and not eq
             continue
         kept.append(arg)
     return kept

@@ -30,18 +30,32 @@ def local_key(output_dir: Path) -> bytes:
     path = output_dir / KEY_FILE
     with contextlib.suppress(FileNotFoundError):
         return _read(path)
+    _install(output_dir, secrets.token_bytes(_KEY_BYTES))
+    return _read(path)
+
+
+def share_key(from_dir: Path, to_dir: Path) -> None:
+    """Give ``to_dir`` the key of ``from_dir`` (made there if it has none), unless it has one:
+    a shard's output directory gets the session's, so its runs have the benchmark's own
+    answer key."""
+    key = local_key(from_dir)
+    if not (to_dir / KEY_FILE).exists():
+        _install(to_dir, key)
+
+
+def _install(output_dir: Path, key: bytes) -> None:
+    """Write ``key`` as ``output_dir``'s key unless it has one (readable by this user only)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     fresh = output_dir / f"{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
     descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(descriptor, "w") as out:
-            out.write(secrets.token_hex(_KEY_BYTES) + "\n")
+            out.write(key.hex() + "\n")
         # A link fails when the key exists: whoever made it first, the key is theirs.
         with contextlib.suppress(FileExistsError):
-            os.link(fresh, path)
+            os.link(fresh, output_dir / KEY_FILE)
     finally:
         fresh.unlink(missing_ok=True)
-    return _read(path)
 
 
 def _read(path: Path) -> bytes:
