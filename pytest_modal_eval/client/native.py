@@ -9,9 +9,9 @@ example. Here the rows are read from the JSONL file, each rollout's request is s
 :class:`~pytest_modal_eval.client.direct_client.DirectOpenAI` with no SDK client behind it
 (the same in-flight cap, retries, journal, seeds and proxy settings), and the rollout's output
 is built in the shape the installed verifiers gives for it (its API's: :class:`Shape`), so that
-``results.jsonl`` holds the same records whichever runs it. ``tests/test_native_parity.py`` runs
-this and real verifiers (0.3 and 0.4) against one server with awkward replies and compares the
-requests and the records.
+``results.jsonl`` holds the same records whichever runs it.
+``tests/test_verifiers_native_parity.py`` runs this and real verifiers (0.3 and 0.4) against one
+server with awkward replies and compares the requests and the records.
 
 What differs from verifiers' rows: ``info`` is each line's own other fields (verifiers 0.3's
 Arrow dataset gives every row every field another line has, as null), as verifiers 0.4 has it.

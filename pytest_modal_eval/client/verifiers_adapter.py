@@ -14,7 +14,7 @@ See docs/verifiers.md for what each API needs to run offline and what differs.
 
 The bundled ``file-qa`` environment is run by a third implementation whatever verifiers is
 installed, :mod:`pytest_modal_eval.client.native`, which imports no framework: its records are
-those the installed verifiers gives (``tests/test_native_parity.py``).
+those the installed verifiers gives (``tests/test_verifiers_native_parity.py``).
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ def summarize(
       (:func:`~pytest_modal_eval.stats.intervals.betting`, ``interval == "betting"``), whose
       coverage does not depend on how the example means are distributed. A model of how
       examples differ (the beta-binomial score interval) is about half as wide but covers as
-      little as 73% where examples' rates sit at two values, as a judge-like benchmark's do
+      little as 72% where examples' rates sit at two values, as a judge-like benchmark's do
       (docs/trust.md).
     - otherwise the range is unknown: a t interval clipped to the smallest and largest reward
       observed (``interval == "t-clipped"``).
