@@ -523,3 +523,40 @@ def test_a_value_outside_the_range_takes_back_a_decision_already_made() -> None:
     early.finished(1, {"avg_reward": 100.0})  # in flight when it was decided
     assert not early.decided and early.undone is not None and early.off is not None
     assert "taken back" in early.off and "outside [0, 1]" in early.off
+
+
+#: file-qa's questions through the installed verifiers 0.3 (its classic API), not through the
+#: plugin's own file-qa runner: what any installed environment goes through.
+FRAMEWORK_QA = """
+from pytest_modal_eval.envs.file_qa import load_environment as file_qa
+
+
+def load_environment(path):
+    return file_qa(path)
+"""
+
+
+def test_nothing_is_sent_after_the_verdict_through_verifiers(project: BenchmarkProject) -> None:
+    """The same as :func:`test_nothing_is_sent_after_the_verdict` for an environment that
+    verifiers plays (the classic API's client and workers)."""
+    from pytest_modal_eval.client.installed_envs import installed_api
+
+    if installed_api() != "classic":
+        pytest.skip("the classic API's path; verifiers 0.4 has none")
+    project.add("big", n=N, gate=GATE)
+    project.pytester.makepyfile(framework_qa=FRAMEWORK_QA)
+    project.pytester.syspathinsert()
+    yaml_file = project.evals / "big.yaml"
+    data = project.evals / "data" / "big.jsonl"
+    yaml_file.write_text(
+        yaml_file.read_text()
+        .replace("env_id: file-qa", "env_id: framework-qa")
+        .replace("path: data/big.jsonl", f"path: {data}")
+    )
+    _run(project, 0.95, *FEW_IN_FLIGHT).assert_outcomes(passed=1)
+    metadata = _metadata(project)
+    early = metadata["early_stop"]
+    assert isinstance(early, dict) and early["decided"], early
+    requests = project.server.stats()["chat_requests"]
+    assert requests == early["decided_after"] + early["in_flight"] + early["answered_ahead"]
+    assert requests == early["evaluated"] + metadata["errors"] < N
