@@ -39,7 +39,7 @@ NO_MKDOCS_2_WARNING=1 "${UV[@]}" run --locked mkdocs build --strict --site-dir "
 # Run the tests that go through the verifiers adapter again with 0.4 layered over the locked
 # environment (uv resolves --with on its own; uv.lock is not changed). See docs/verifiers.md.
 # Every tests/test_verifiers_*.py file is in this pass (the v1 ones skip under 0.3), and the
-# early-stop test of what is sent after the verdict (v1 agents reach the client by trace).
+# early-stop test of what is sent after the verdict (the bundled runner writing 0.4's records).
 "${UV[@]}" run --locked --with verifiers==0.4.0 pytest -m "not vllm" \
     tests/test_verifiers_*.py \
     tests/test_file_qa.py tests/test_core.py tests/test_resume.py \
