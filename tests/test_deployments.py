@@ -433,3 +433,17 @@ def test_the_supervisor_finds_a_secret_over_lines_and_writes(split: int | None) 
         start_new_session=True,  # the supervisor ends its whole process group when done
     ).stdout.decode()
     assert copied == "before [redacted] after\nnext line\n"
+
+
+def test_the_start_up_status_lines_pass_the_redactor(
+    local: LocalRuns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The set-up lines quote text the plugin did not write (a model's name): a secret in it
+    is shown ``[redacted]`` there as everywhere."""
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "2")
+    monkeypatch.setenv("ACME_PASSWORD", "fake-model")
+    local.project.add("alpha", n=2)
+    result = local.run()
+    out = result.stdout.str()
+    assert "status: starting vLLM (local) for [redacted]" in out, out
+    assert "fake-model" not in out

@@ -29,7 +29,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -207,8 +207,11 @@ class LiveProgress:
     """Driven on the controller (or the only process) by its session; off when the session
     runs with ``-p no:modal_eval_progress``."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, redact: Callable[[str], str] = str) -> None:
+        """``redact``: the session redactor's ``text``, for the set-up lines (a model's name,
+        an environment's id: text the plugin did not write itself)."""
         self.config = config
+        self._redact = redact
         self.running: dict[str, BenchmarkProgress] = {}
         self._drawn = False
         self._last_draw = 0.0
@@ -290,7 +293,7 @@ class LiveProgress:
             # the cursor is at the start of one.
             column = self.config.get_terminal_writer().width_of_current_line
             newline = "\n" if column and column != self._status_column else ""
-            self._write_raw(f"{newline}status: {text}\n")
+            self._write_raw(f"{newline}status: {self._redact(text)}\n")
             self._status_column = column
 
     def _tick(self) -> None:
@@ -306,7 +309,7 @@ class LiveProgress:
         lines = []
         for phase in list(self._phases.values()):
             detail = f": {phase.current}" if phase.current else ""
-            lines.append(f"{phase.text}{detail}  {now - phase.started:.0f}s")
+            lines.append(self._redact(f"{phase.text}{detail}  {now - phase.started:.0f}s"))
         return lines
 
     # -- what the reports say ---------------------------------------------------------------

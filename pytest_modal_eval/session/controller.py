@@ -63,7 +63,7 @@ class ControllerSession:
         self.summary = SummaryCollector(config.rootpath)
         self.notice = InterruptNotice(config, session.interrupted, session.redactor)
         blocked = config.pluginmanager.is_blocked(PROGRESS_OPT_OUT)
-        self.progress = None if blocked else LiveProgress(config)
+        self.progress = None if blocked else LiveProgress(config, session.redactor.text)
         report = session.settings.report
         self.report = (
             SessionReport(report, session.redactor, session.interrupted_runs)
