@@ -525,6 +525,22 @@ def test_a_value_outside_the_range_takes_back_a_decision_already_made() -> None:
     assert "taken back" in early.off and "outside [0, 1]" in early.off
 
 
+def test_examples_answered_ahead_of_the_decision_count_as_ahead() -> None:
+    """Examples answered out of turn wait for those before them; when the one that completes
+    the turn decides the gate, those still waiting were answered ahead of the decision (what
+    the run counts as sent beyond the decided ones), though they are then taken to check
+    their values."""
+    from pytest_modal_eval.runs.early_stop import EarlyStop
+
+    early = EarlyStop(list(range(10)), list(range(10)), {"avg_reward": 1.0}, 0.05)
+    for later in (1, 2, 3):  # answered before example 0, whose turn comes first
+        early.finished(later, {"avg_reward": 0.0})
+    assert not early.decided and early.ahead == 3
+    early.finished(0, {"avg_reward": 0.0})  # decides at its own turn: the mean cannot reach 1
+    assert early.decided and early.decision is not None and early.decision.after == 1
+    assert early.ahead == 3
+
+
 #: file-qa's questions through the installed verifiers 0.3 (its classic API), not through the
 #: plugin's own file-qa runner: what any installed environment goes through.
 FRAMEWORK_QA = """

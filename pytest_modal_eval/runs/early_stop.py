@@ -206,6 +206,7 @@ class EarlyStop:
         self._ids = [int(example_ids[p]) for p in order]
         self._turn_of = {example_id: turn for turn, example_id in enumerate(self._ids)}
         self._waiting: dict[int, Mapping[str, float] | None] = {}
+        self._ahead_at_decision = 0
         self._next = 0
         self.taken = 0
         self.decision: Decision | None = None
@@ -295,6 +296,10 @@ class EarlyStop:
         self.taken += 1
         if self.decision is None:
             self.decision = self._decide()
+            if self.decision is not None:
+                # Those still waiting were answered ahead of the decision, not decided on
+                # (they are taken after it, to check their values: see finished).
+                self._ahead_at_decision = len(self._waiting)
 
     def _difference(self, p: PairedGate, key: str, mine: float | None) -> float | None:
         """Example ``key``'s difference on the [0, 1] scale, or None (and early stop off) when
@@ -387,8 +392,9 @@ class EarlyStop:
 
     @property
     def ahead(self) -> int:
-        """Examples finished ahead of their turn, waiting for the examples before them."""
-        return len(self._waiting)
+        """Examples finished ahead of their turn, waiting for the examples before them (once
+        decided: those waiting when it was decided)."""
+        return self._ahead_at_decision if self.decision is not None else len(self._waiting)
 
 
 def _on_its_side(low: float, high: float, threshold: float, below: bool) -> tuple[float, float]:
