@@ -69,7 +69,7 @@ class ContainerTime:
     container_s: float
 
     def to_json(self) -> dict[str, Any]:
-        seconds = round(self.container_s, 1)
+        seconds = round(self.container_s, 3)  # a benchmark's share may be well under 0.1 s
         return {
             "cpu": self.cpu,
             "memory_mib": self.memory_mib,
