@@ -17,6 +17,7 @@ from pytest_modal_eval.client import verifiers_adapter
 from pytest_modal_eval.collect import item_run  # noqa: F401  (see below)
 from tests.support.hub_server import HubServer
 from tests.support.openai_server import DEFAULT_SETTINGS
+from tests.support.otlp_receiver import OtlpReceiver
 
 # pytester's in-process runs (`project.run`) drop the modules first imported during them, and
 # a C extension (numpy's, for one) cannot be loaded twice in one process. The plugin imports
@@ -249,3 +250,12 @@ def subtest_counts(result: pytest.RunResult) -> dict[str, int]:
 
     last = result.stdout.lines[-1] if result.stdout.lines else ""
     return {kind: int(n) for n, kind in re.findall(r"(\d+) subtests (passed|failed|skipped)", last)}
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    """A real OTLP/HTTP receiver on 127.0.0.1 (the traces' tests)."""
+    server = OtlpReceiver()
+    server.start()
+    yield server
+    server.stop()

@@ -9,7 +9,6 @@ import base64
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -27,14 +26,6 @@ OTEL_VARIABLES = [
     for name in os.environ
     if name.startswith("OTEL_") or name in ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY")
 ]
-
-
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    server = OtlpReceiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,14 +16,6 @@ from tests.support.otlp_receiver import OtlpReceiver
 from tests.test_verifiers_v1_tools import lookup_yaml
 
 pytestmark = pytest.mark.skipif(installed_api() != "v1", reason="needs verifiers 0.4 (v1 API)")
-
-
-@pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    server = OtlpReceiver()
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_tool_calls_are_spans_of_their_rollout(
