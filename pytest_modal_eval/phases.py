@@ -5,8 +5,8 @@ Code that waits wraps the wait in :func:`phase` and, where it learns more (vLLM'
 start-up phase from its log), calls :meth:`Phase.detail`. The session's live progress
 (``report/progress.py``) listens on the process that has the terminal and draws a line that
 changes while the phase lasts, or writes one line per phase with its duration in a CI log.
-Nothing listens on an xdist worker (its terminal is the controller's); servers are started on
-the controller there, so their phases reach the terminal.
+On an xdist worker (its terminal is the controller's) the broker's client listens and sends
+each phase to the controller, where :class:`Relayed` tells them again, to its listeners.
 """
 
 from __future__ import annotations
@@ -96,3 +96,41 @@ def detail(text: str) -> None:
     current = getattr(_CURRENT, "phase", None)
     if current is not None:
         current.detail(text)
+
+
+class Relayed:
+    """Phases of other processes (xdist workers'), told to this process's listeners as they
+    are told there: each under the key its process gave it, from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, Phase] = {}
+
+    def began(self, key: str, text: str) -> None:
+        current = Phase(text)
+        with self._lock:
+            self._open[key] = current
+        for listener in _listeners():
+            listener.began(current)
+
+    def changed(self, key: str, text: str) -> None:
+        with self._lock:
+            current = self._open.get(key)
+        if current is not None:
+            current.detail(text)
+
+    def ended(self, key: str) -> None:
+        with self._lock:
+            current = self._open.pop(key, None)
+        if current is None:
+            return
+        seconds = time.monotonic() - current.started
+        for listener in _listeners():
+            listener.ended(current, seconds)
+
+    def end_all(self) -> None:
+        """End what is still open (a worker that went away mid-phase)."""
+        with self._lock:
+            keys = list(self._open)
+        for key in keys:
+            self.ended(key)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_modal_eval import fixtures
+from pytest_modal_eval import fixtures, phases
 from pytest_modal_eval.collect.context import (
     CONTEXT_KEY,
     DEPLOYMENTS_KEY,
@@ -33,7 +33,7 @@ from pytest_modal_eval.detach.commit_signal import CommitSignal
 from pytest_modal_eval.exceptions import OptionError, ShareError
 from pytest_modal_eval.report.redaction import RedactedOutput
 from pytest_modal_eval.runs.identity import ModelIdentities
-from pytest_modal_eval.serving.broker import BROKER_INPUT_KEY, BrokerClient
+from pytest_modal_eval.serving.broker import BROKER_INPUT_KEY, BrokerClient, PhaseForwarder
 from pytest_modal_eval.serving.deployments import Deployments
 from pytest_modal_eval.session.controller import (
     CONTROLLER_PLUGIN,
@@ -112,6 +112,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # every secret this worker knows (a benchmark's env_args, as it is collected) before
         # the worker goes on.
         redactor.tell(broker.learn_secrets)
+        # Its set-up phases (an environment loading) are shown on the controller's terminal.
+        config.add_cleanup(
+            phases.listen(PhaseForwarder(broker, str(workerinput.get("workerid", "worker"))))
+        )
         return
     deployments = Deployments(settings, session_logs_dir(settings.output_dir), redactor)
     config.stash[DEPLOYMENTS_KEY] = config.stash[SOURCE_KEY] = deployments

@@ -134,10 +134,32 @@ def test_quiet_and_opt_out(project: BenchmarkProject, quiet: list[str]) -> None:
     assert "progress: " not in result.stdout.str()
 
 
+SLOW_QA = """
+import time
+
+from pytest_modal_eval.envs.file_qa import load_environment as file_qa
+
+
+def load_environment(path):
+    time.sleep(1.0)
+    return file_qa(path)
+"""
+
+
 def test_every_benchmark_under_xdist(project: BenchmarkProject) -> None:
+    """Each benchmark's progress, and a worker's set-up phase (its environment loading, which
+    takes a second here), reach the controller's output."""
     pytest.importorskip("xdist")
     project.add("first", n=20)
     project.add("second", n=20)
+    project.pytester.makepyfile(slow_qa=SLOW_QA)
+    yaml = project.evals / "second.yaml"
+    data = project.evals / "data" / "second.jsonl"
+    yaml.write_text(
+        yaml.read_text()
+        .replace("env_id: file-qa", "env_id: slow-qa")
+        .replace("path: data/second.jsonl", f"path: {data}")
+    )
     result = project.run_subprocess("-n", "2")
     assert result.ret == 0, result.stdout.str()
     finals = {
@@ -146,6 +168,9 @@ def test_every_benchmark_under_xdist(project: BenchmarkProject) -> None:
         if line.startswith("progress: ") and "(100%)" in line
     }
     assert finals == {"first", "second"}
+    [loaded] = [line for line in result.stdout.lines if "loading environment" in line]
+    seconds = re.fullmatch(r"status: second: loading environment slow-qa: (\d+\.\d)s", loaded)
+    assert seconds is not None and float(seconds[1]) >= 1.0, loaded
 
 
 def test_a_resumed_run_under_xdist_rates_only_this_sessions_examples(

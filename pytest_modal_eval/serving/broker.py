@@ -12,16 +12,23 @@ so only they read the secrets in a benchmark's ``env_args`` and its judges' key 
 while the controller writes the servers' logs, the report and what is shared. A worker sends
 each value as its redactor learns it, before it goes on to ask for a server; the values travel
 over 127.0.0.1 with the session's token, and are never written to a file.
+
+Workers' set-up phases (an environment loading, a run's checkpoint read:
+:mod:`pytest_modal_eval.phases`) reach the controller's terminal the same way
+(``POST /phase``, from :class:`PhaseForwarder`), where the live progress shows them beside the
+controller's own (the servers it starts).
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.config.backends import backend
 from pytest_modal_eval.exceptions import ServerStartError
 from pytest_modal_eval.redact import Redactor
@@ -33,15 +40,19 @@ from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
 BROKER_INPUT_KEY = "modal_eval_broker"
 #: Header carrying the broker's per-session token.
 BROKER_TOKEN_HEADER = "X-Broker-Token"
+#: What a worker tells of a phase (``POST /phase``), as :class:`phases.Relayed` takes it.
+PHASE_EVENTS = ("began", "changed", "ended")
 
 
 class Broker:
     """Controller side: answers workers' ``POST /endpoint``, ``/plan`` and ``/finished`` from
-    :class:`Deployments`, and ``/secrets`` by teaching ``redactor`` (the controller's)."""
+    :class:`Deployments`, ``/secrets`` by teaching ``redactor`` (the controller's), and
+    ``/phase`` by telling this process's phase listeners."""
 
     def __init__(self, deployments: Deployments, redactor: Redactor) -> None:
         self.deployments = deployments
         self.redactor = redactor
+        self.phases = phases.Relayed()
         self.token = secrets.token_hex(16)
         self.url = ""
         self._loop: Any = None  # the broker thread's asyncio loop
@@ -95,12 +106,30 @@ class Broker:
             self.redactor.learn(values)
             return web.json_response({})
 
+        async def phase(request: web.Request) -> web.Response:
+            if not authorised(request):
+                return web.json_response({"error": "forbidden"}, status=403)
+            payload = await request.json()
+            event, key, text = (payload.get(k) for k in ("event", "key", "text"))
+            if event not in PHASE_EVENTS or not isinstance(key, str) or not isinstance(text, str):
+                return web.json_response(
+                    {"error": f"event: one of {PHASE_EVENTS}; key, text: strings"}, status=400
+                )
+            if event == "began":
+                self.phases.began(key, text)
+            elif event == "changed":
+                self.phases.changed(key, text)
+            else:
+                self.phases.ended(key)
+            return web.json_response({})
+
         async def serve() -> None:
             app = web.Application()
             app.router.add_post("/endpoint", endpoint)
             app.router.add_post("/plan", plan)
             app.router.add_post("/finished", finished)
             app.router.add_post("/secrets", learn)
+            app.router.add_post("/phase", phase)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -122,6 +151,7 @@ class Broker:
         return self.url
 
     def stop(self) -> None:
+        self.phases.end_all()
         if self._loop is not None and self._thread is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
@@ -165,8 +195,36 @@ class BrokerClient:
         """Teach the controller's redactor ``values`` (see the module docstring)."""
         self._post("/secrets", {"values": values})
 
+    def tell_phase(self, event: str, key: str, text: str) -> None:
+        """Tell the controller of a phase of this process; a controller that does not hear it
+        changes nothing here (the phase is only shown)."""
+        import httpx
+
+        with contextlib.suppress(httpx.HTTPError, ServerStartError, ValueError):
+            self._post("/phase", {"event": event, "key": key, "text": text})
+
     def endpoint_for(self, request: ServerRequest, holder: str | None = None) -> EndpointInfo:
         if not backend(request.backend).starts_server:
             return endpoint_info_for_existing(request)
         data = self._post("/endpoint", {"request": asdict(request), "holder": holder})
         return EndpointInfo.from_json(data)
+
+
+class PhaseForwarder:
+    """Worker side: a :class:`phases.PhaseListener` that tells the controller each phase of
+    this process, under keys unique to ``worker``."""
+
+    def __init__(self, client: BrokerClient, worker: str) -> None:
+        self.client, self.worker = client, worker
+
+    def _key(self, phase: phases.Phase) -> str:
+        return f"{self.worker}:{id(phase)}"
+
+    def began(self, phase: phases.Phase) -> None:
+        self.client.tell_phase("began", self._key(phase), phase.text)
+
+    def changed(self, phase: phases.Phase, previous: str | None, seconds: float) -> None:
+        self.client.tell_phase("changed", self._key(phase), phase.current or "")
+
+    def ended(self, phase: phases.Phase, seconds: float) -> None:
+        self.client.tell_phase("ended", self._key(phase), "")
