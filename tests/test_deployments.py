@@ -180,6 +180,79 @@ def test_a_finished_run_starts_no_server(local: LocalRuns, dist: list[str]) -> N
     assert len(list(runs)) == 2  # one run per benchmark, continued
 
 
+#: An environment of verifiers' own (not one the plugin plays itself): loading it imports verifiers.
+PLAIN_QA = "from pytest_modal_eval.envs.file_qa import load_environment  # noqa: F401\n"
+
+#: A conftest that writes every set-up phase's beginning and end, with the time, to PHASES_LOG.
+PHASE_RECORDER = """
+import json
+import os
+import time
+
+from pytest_modal_eval import phases
+
+
+class Recorder:
+    def _write(self, event, phase):
+        with open(os.environ["PHASES_LOG"], "a") as fh:
+            fh.write(json.dumps({"event": event, "text": phase.text, "t": time.monotonic()}))
+            fh.write("\\n")
+
+    def began(self, phase):
+        self._write("began", phase)
+
+    def changed(self, phase, previous, seconds):
+        pass
+
+    def ended(self, phase, seconds):
+        self._write("ended", phase)
+
+
+def pytest_configure(config):
+    config.add_cleanup(phases.listen(Recorder()))
+"""
+
+
+def test_a_first_run_imports_the_framework_while_its_server_starts(
+    local: LocalRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no run to continue, the server is needed whatever the environment holds: it is
+    asked for first and verifiers is imported on a thread meanwhile, so the two phases are open
+    at once. A re-run with every example finished imports and loads first, and starts no
+    server."""
+    local.project.add("alpha", n=3)
+    local.project.pytester.makepyfile(plain_qa=PLAIN_QA)
+    local.project.pytester.makeconftest(PHASE_RECORDER)
+    yaml, data = local.project.evals / "alpha.yaml", local.project.evals / "data" / "alpha.jsonl"
+    yaml.write_text(
+        yaml.read_text()
+        .replace("env_id: file-qa", "env_id: plain-qa")
+        .replace("path: data/alpha.jsonl", f"path: {data}")
+    )
+    log = tmp_path / "phases.jsonl"
+    monkeypatch.setenv("PHASES_LOG", str(log))
+
+    def spans() -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            found.setdefault(event["text"], []).append(event["t"])
+        log.unlink()
+        return found
+
+    local.run().assert_outcomes(passed=1)
+    first = spans()
+    importing = first["alpha: importing verifiers"]
+    [starting] = [t for text, t in first.items() if text.startswith("starting vLLM")]
+    assert importing[0] < starting[1] and starting[0] < importing[1], first
+    assert len(local.started()) == 1
+    local.run().assert_outcomes(passed=1)
+    again = spans()
+    assert "alpha: importing verifiers" in again
+    assert not any(text.startswith("starting vLLM") for text in again), again
+    assert len(local.started()) == 1
+
+
 def test_a_finished_run_whose_chat_template_changed_starts_the_server(local: LocalRuns) -> None:
     """The template vLLM would apply is part of the answer key: another fallback, an edited
     template file, or a template added to the model directory each make a new run, for which

@@ -30,6 +30,30 @@ def test_a_newer_verifiers_is_refused_with_the_supported_range() -> None:
         api_for("0.5.0")
 
 
+JUDGE = {"id": "reference", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+
+
+@pytest.mark.parametrize(
+    ("env_id", "env_args", "agent", "under_v1"),
+    [
+        ("file-qa", {"path": "x.jsonl"}, {}, False),  # played natively: never
+        ("lookup-qa", {"path": "x.jsonl"}, {}, False),
+        ("lookup-qa", {"path": "x.jsonl", "task": {"judges": [JUDGE]}}, {}, True),
+        ("lookup-qa", {"path": "x.jsonl"}, {"runtime": "subprocess"}, True),
+        ("someones-env", {}, {}, True),  # its config may pin judges: unknown before import
+    ],
+)
+def test_which_environments_may_have_endpoints_to_check_before_the_server(
+    env_id: str, env_args: dict[str, object], agent: dict[str, object], under_v1: bool
+) -> None:
+    """What decides whether a first run may ask for its server before loading (and checking)
+    its environment: only an environment with no judge or seat endpoint of its own may."""
+    from pytest_modal_eval.client.verifiers_adapter import has_own_endpoints
+
+    expected = under_v1 and installed_api() == "v1"
+    assert has_own_endpoints(env_id, env_args, agent) is expected
+
+
 @classic_only()
 def test_the_classic_api_refuses_an_agent_section(tmp_path: Path) -> None:
     """Harness, runtime and seat choose how a verifiers 0.4 environment is played; a classic

@@ -69,6 +69,10 @@ class VerifiersAPI(Protocol):
     def missing_environment(self, env_id: str) -> str | None:
         """Why ``env_id`` cannot be loaded here (not installed), or None; imports nothing."""
 
+    def import_framework(self) -> None:
+        """Import what loading an environment imports of the framework (seconds), so that it
+        can be done ahead (beside a server's start-up); nothing for the plugin's own."""
+
     def load_environment(
         self,
         env_id: str,
@@ -147,14 +151,67 @@ def implementation(
 ) -> VerifiersAPI:
     """The implementation that loads ``env_id`` with ``env_args`` and ``agent``: the plugin's
     own where it runs them itself (:func:`runs_natively`), else the installed verifiers'."""
-    if runs_natively(env_id, env_args, agent):
-        module = "pytest_modal_eval.client.native"
-    else:
-        module = {
-            "classic": "pytest_modal_eval.client.verifiers_classic",
-            "v1": "pytest_modal_eval.client.verifiers_v1",
-        }[installed_api()]
+    module = implementation_module(env_id, env_args, agent)
     return cast(VerifiersAPI, importlib.import_module(module))
+
+
+def implementation_module(
+    env_id: str | None = None,
+    env_args: Mapping[str, Any] | None = None,
+    agent: Mapping[str, Any] | None = None,
+) -> str:
+    """The module :func:`implementation` imports (found without importing it)."""
+    if runs_natively(env_id, env_args, agent):
+        return "pytest_modal_eval.client.native"
+    return {
+        "classic": "pytest_modal_eval.client.verifiers_classic",
+        "v1": "pytest_modal_eval.client.verifiers_v1",
+    }[installed_api()]
+
+
+def has_own_endpoints(
+    env_id: str | None = None,
+    env_args: Mapping[str, Any] | None = None,
+    agent: Mapping[str, Any] | None = None,
+) -> bool:
+    """Whether the environment may bring endpoints of its own, which are checked before the
+    model's server is asked for (:func:`check_judge_endpoints`): told without importing the
+    framework, so never ruled out for an installed v1 environment (its config may pin judges
+    or seats' servers). The classic API builds its judge clients itself (nothing is checked);
+    a bundled taskset has them only where ``env_args`` plugs judges or an agent section names
+    how it is played."""
+    if runs_natively(env_id, env_args, agent) or installed_api() == "classic":
+        return False
+    if env_id not in BUNDLED or any((agent or {}).values()):
+        return True
+    task = (env_args or {}).get("task")
+    return isinstance(task, Mapping) and bool(task.get("judges"))
+
+
+#: Implementations (module names) whose framework this process has imported.
+_FRAMEWORKS: set[str] = set()
+
+
+def framework_imported(
+    env_id: str | None = None,
+    env_args: Mapping[str, Any] | None = None,
+    agent: Mapping[str, Any] | None = None,
+) -> bool:
+    """Whether loading ``env_id`` here imports no framework: the plugin plays it itself, or
+    :func:`import_framework` has imported it."""
+    if runs_natively(env_id, env_args, agent):
+        return True
+    return implementation_module(env_id, env_args, agent) in _FRAMEWORKS
+
+
+def import_framework(
+    env_id: str | None = None,
+    env_args: Mapping[str, Any] | None = None,
+    agent: Mapping[str, Any] | None = None,
+) -> None:
+    """Import the implementation for ``env_id`` and the framework it loads environments with."""
+    implementation(env_id, env_args, agent).import_framework()
+    _FRAMEWORKS.add(implementation_module(env_id, env_args, agent))
 
 
 def _of(env: Any) -> VerifiersAPI:

@@ -44,6 +44,14 @@ module_name = classic_module
 missing_environment = missing_classic
 
 
+def import_framework() -> None:
+    """Import verifiers' classic API, as loading an environment does (``import verifiers``
+    alone imports almost nothing: the classic modules load when one is first touched)."""
+    import verifiers as vf
+
+    vf.Environment  # noqa: B018 (touched to be loaded)
+
+
 def load_environment(
     env_id: str,
     env_args: dict[str, Any],

@@ -73,6 +73,7 @@ from pytest_modal_eval.serving.endpoint import Endpoint
 __all__ = [
     "check_judge_endpoints",
     "dataset_rows",
+    "import_framework",
     "load_environment",
     "missing_environment",
     "run_examples",
@@ -80,6 +81,10 @@ __all__ = [
 ]
 
 ExampleCallback = Callable[[int, list[dict[str, Any]]], None]
+
+
+def import_framework() -> None:
+    """Nothing more: ``verifiers.v1`` was imported with this module."""
 
 
 async def run_examples(

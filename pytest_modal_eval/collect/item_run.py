@@ -17,6 +17,7 @@ import pytest
 
 from pytest_modal_eval import phases
 from pytest_modal_eval.client import verifiers_adapter
+from pytest_modal_eval.collect import framework
 from pytest_modal_eval.collect.comparisons import (
     baseline_comparison,
     is_reference,
@@ -58,7 +59,9 @@ from pytest_modal_eval.runs.identity import (
     pin_revision,
     served_revision_problem,
 )
+from pytest_modal_eval.runs.locate import runs_in
 from pytest_modal_eval.runs.outcome import ExampleResult, RunOutcome
+from pytest_modal_eval.runs.paths import model_run_dir
 from pytest_modal_eval.runs.request import RunRequest
 from pytest_modal_eval.runs.writer_lock import WriterSpec
 from pytest_modal_eval.serving.endpoint import EndpointInfo, ServerRequest
@@ -91,12 +94,6 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
             "id or a local directory); deselect evaluations with -m 'not eval'."
         )
     config = item.benchmark.config
-    # (The environment is installed and a bundled one's data files are there: collection
-    # checked, collect/precheck.py.)
-    with contextlib.suppress(EnvironmentLoadError):  # said again, in its place, below
-        # The framework, if it needs one.
-        verifiers_adapter.implementation(config.env_id, config.env_args, config.agent.model_dump())
-    freeze_imported()
     # First, while the process is small (see read_stored).
     snapshot: Any = item.funcargs["snapshot"]
     stored = read_stored(snapshot)
@@ -108,6 +105,15 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
         identity = identities.of(request)
     except EndpointError as exc:  # the endpoint serves another model: nothing to reuse either
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+    # (The environment is installed and a bundled one's data files are there: collection
+    # checked, collect/precheck.py.) The framework, if it needs one: beside the server's
+    # start-up when there is no run to continue (collect/framework.py).
+    early: EndpointInfo | None = None
+    if _server_first(session, item):
+        with framework.importing_beside(item.benchmark.name, config):
+            early = _endpoint(session, item, pin_revision(request, identity))
+    framework.import_framework(item.benchmark.name, config)
+    freeze_imported()
     run_request = RunRequest(
         benchmark=item.benchmark,
         model=item.model,
@@ -148,7 +154,9 @@ def prepare(session: EvalContext, item: BenchmarkItem, identities: ModelIdentiti
         k, n = settings.shard
         pytest.skip(f"{item.benchmark.name}: shard {k}/{n} holds no example")
     try:
-        item.stash[PREPARED_KEY] = _prepare_run(session, item, run, request, identity, stored)
+        item.stash[PREPARED_KEY] = _prepare_run(
+            session, item, run, request, identity, stored, early
+        )
     except BaseException:
         run.close()  # the run's lock, if its run was found and taken
         raise
@@ -167,6 +175,40 @@ def freeze_imported() -> None:
     gc.freeze()
 
 
+def _server_first(session: EvalContext, item: BenchmarkItem) -> bool:
+    """Whether the item asks for its server before it loads its environment: a framework is
+    to be imported, the backend starts a server, and there is no run to continue (none of this
+    benchmark and model in the output directory, or ``--eval-fresh``), so the server is needed
+    whatever the environment holds. Not when the environment may have endpoints of its own
+    (judges): those are checked before a server (a GPU) is started for nothing. A shard of a
+    fanned-out session may hold no example: it loads first."""
+    settings = session.settings
+    config = item.benchmark.config
+    if not item.model or settings.shard is not None or framework.imported(config):
+        return False
+    if not backend(item.server_request.backend).starts_server:
+        return False
+    agent = config.agent.model_dump()
+    if verifiers_adapter.has_own_endpoints(config.env_id, config.env_args, agent):
+        return False
+    if settings.fresh or getattr(session.config.option, "cacheclear", False):
+        return True
+    _, runs_dir = model_run_dir(settings.output_dir, item.benchmark.name, item.model)
+    return next(runs_in(runs_dir), None) is None
+
+
+def _endpoint(session: EvalContext, item: BenchmarkItem, request: ServerRequest) -> EndpointInfo:
+    """The endpoint ``request`` is served at (a server started if need be), checked."""
+    try:
+        info = endpoint_source(session.config).endpoint_for(request, item.nodeid)
+        session.checker.check(info.endpoint, timeout=info.check_timeout)
+    except (EndpointError, ServerStartError) as exc:
+        raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
+    if (problem := served_revision_problem(request, info.profile)) is not None:
+        raise EvalProblem(f"{item.benchmark.name}: {problem}")
+    return info
+
+
 def _prepare_run(
     session: EvalContext,
     item: BenchmarkItem,
@@ -174,7 +216,9 @@ def _prepare_run(
     request: ServerRequest,
     identity: ModelIdentity,
     stored: StoredBaseline,
+    early: EndpointInfo | None,
 ) -> Prepared:
+    """``early``: the endpoint, when it was asked for before the environment was loaded."""
     config = item.benchmark.config
     try:
         with phases.phase(f"{item.benchmark.name}: reading its runs' checkpoints"):
@@ -184,20 +228,15 @@ def _prepare_run(
     except RunLockError as exc:
         raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
     try:
-        # Before the model's server is asked for: a judge that cannot answer would error every
-        # example while that server waits (on Modal, on a paid GPU).
+        # Before the model's server is asked for (unless there was no run to continue): a
+        # judge that cannot answer would error every example while that server waits (on
+        # Modal, on a paid GPU).
         verifiers_adapter.check_judge_endpoints(run.env, config.eval.request_timeout)
     except EndpointError as exc:
         raise EvalProblem(f"{item.path}: {exc}") from None
-    request = pin_revision(request, identity)
-    try:
-        info = endpoint_source(session.config).endpoint_for(request, item.nodeid)
-        session.checker.check(info.endpoint, timeout=info.check_timeout)
-    except (EndpointError, ServerStartError) as exc:
-        raise EvalProblem(f"{item.benchmark.name}: {exc}") from None
-    if (problem := served_revision_problem(request, info.profile)) is not None:
-        raise EvalProblem(f"{item.benchmark.name}: {problem}")
-    return Prepared(run, info, stored)
+    if early is not None:
+        return Prepared(run, early, stored)
+    return Prepared(run, _endpoint(session, item, pin_revision(request, identity)), stored)
 
 
 def _say(session: EvalContext, line: str) -> None:
