@@ -19,7 +19,9 @@ plugin costs other test suites.
    included (target < 1 s, the whole command, Python start-up included). For scale: the same
    command in an empty project, and plain ``pytest --co -q``, which also loads each
    benchmark's environment (here one load, which the 200 benchmarks share; fewer rounds: no
-   target).
+   target). With ``--plain-venv DIR``, the empty project and the 200 YAMLs in that install
+   too (the uv-synced one holds the test dependencies' pytest plugins, hypothesis's among
+   them).
 3. **Other suites** (``--part collect``): ``pytest --co -q`` of a small plain suite (20 files x
    10 tests, no YAML) as installed (pytest-modal-eval and its dependency syrupy both register
    pytest plugins), with ``-p no:modal_eval``, and with ``-p no:modal_eval -p no:syrupy``.
@@ -267,8 +269,10 @@ def collection(args: argparse.Namespace) -> None:
             "-p no:modal_eval -p no:syrupy": ["-p", "no:modal_eval", "-p", "no:syrupy"],
         }
         times: dict[str, list[float]] = {
-            name: [] for name in ["evals", "evals-full", "empty", *variants]
-        }
+            name: [] for name in ["evals", "evals-full", "empty", "plain-evals", "plain-empty",
+                                  *variants]
+        }  # fmt: skip
+        plain_python = str(args.plain_venv / "bin" / "python") if args.plain_venv else None
         log(f"{args.repeats} rounds")
         for round_ in range(args.repeats):
             quick = ["--eval-collect-quick"]
@@ -276,29 +280,42 @@ def collection(args: argparse.Namespace) -> None:
             if round_ % 5 == 0:
                 times["evals-full"].append(_collect(evals, [], expect=args.benchmarks))
             times["empty"].append(_collect(empty, []))
+            if plain_python is not None:
+                times["plain-evals"].append(
+                    _collect(evals, quick, expect=args.benchmarks, python=plain_python)
+                )
+                times["plain-empty"].append(_collect(empty, [], python=plain_python))
             for name, extra in variants.items():
                 times[name].append(_collect(plain, extra, expect=200))
 
-    m = {name: median(values) * 1000 for name, values in times.items()}
+    m = {name: median(values) * 1000 for name, values in times.items() if values}
     print(f"median of {args.repeats} runs of `pytest --co -q` (whole command, ms)\n")
-    print_table(
-        ["project", "ms", "target", "verdict"],
+    rows = [
+        ["empty project (python + pytest + plugins)", f"{m['empty']:.0f}", "", ""],
         [
-            ["empty project (python + pytest + plugins)", f"{m['empty']:.0f}", "", ""],
-            [
-                f"{args.benchmarks} benchmark YAMLs (--eval-collect-quick)",
-                f"{m['evals']:.0f}",
-                "< 1000",
-                verdict(m["evals"] < 1000),
-            ],
-            [
-                f"{args.benchmarks} benchmark YAMLs, environments loaded (one shared load)",
-                f"{m['evals-full']:.0f}",
-                "",
-                "",
-            ],
+            f"{args.benchmarks} benchmark YAMLs (--eval-collect-quick)",
+            f"{m['evals']:.0f}",
+            "< 1000",
+            verdict(m["evals"] < 1000),
         ],
-    )
+        [
+            f"{args.benchmarks} benchmark YAMLs, environments loaded (one shared load)",
+            f"{m['evals-full']:.0f}",
+            "",
+            "",
+        ],
+    ]
+    if "plain-evals" in m:
+        rows += [
+            ["plain install: empty project", f"{m['plain-empty']:.0f}", "", ""],
+            [
+                f"plain install: {args.benchmarks} benchmark YAMLs (--eval-collect-quick)",
+                f"{m['plain-evals']:.0f}",
+                "< 1000",
+                verdict(m["plain-evals"] < 1000),
+            ],
+        ]
+    print_table(["project", "ms", "target", "verdict"], rows)
     base = m["-p no:modal_eval -p no:syrupy"]
     plugin = m["as installed (modal_eval + syrupy)"] - m["-p no:modal_eval"]
     syrupy = m["-p no:modal_eval"] - base
@@ -324,12 +341,17 @@ def collection(args: argparse.Namespace) -> None:
     )
 
 
-def _collect(project: Path, extra: list[str], expect: int | None = None) -> float:
+def _collect(
+    project: Path, extra: list[str], expect: int | None = None, python: str = PYTHON
+) -> float:
+    env = bench_env()
+    if python != PYTHON:  # another install: its own code, not this checkout's
+        env.pop("PYTHONPATH", None)
     started = time.perf_counter()
     result = subprocess.run(
-        [PYTHON, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", *extra],
+        [python, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", *extra],
         cwd=project,
-        env=bench_env(),
+        env=env,
         capture_output=True,
         text=True,
     )

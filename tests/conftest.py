@@ -181,6 +181,21 @@ class BenchmarkProject:
         path.write_text(body + gate + "\n" + textwrap.dedent(extra_yaml), encoding="utf-8")
         return path
 
+    def play_with(self, name: str, env_id: str, module: str, source: str) -> None:
+        """Benchmark ``name`` played by ``env_id``, an environment of the test's own: ``module``
+        holding ``source``, importable from the project (in-process and in subprocesses). Its
+        data file is given as an absolute path: such a module resolves no path against the
+        benchmark's directory."""
+        self.pytester.makepyfile(**{module: source})
+        self.pytester.syspathinsert()
+        yaml = self.evals / f"{name}.yaml"
+        data = self.evals / "data" / f"{name}.jsonl"
+        yaml.write_text(
+            yaml.read_text()
+            .replace("env_id: file-qa", f"env_id: {env_id}")
+            .replace(f"path: data/{name}.jsonl", f"path: {data}")
+        )
+
     def args(self, *extra: str) -> list[str]:
         return ["--model", "test-model", "--base-url", self.server.base_url, *extra]
 

@@ -221,14 +221,8 @@ def test_a_first_run_imports_the_framework_while_its_server_starts(
     at once. A re-run with every example finished imports and loads first, and starts no
     server."""
     local.project.add("alpha", n=3)
-    local.project.pytester.makepyfile(plain_qa=PLAIN_QA)
+    local.project.play_with("alpha", "plain-qa", "plain_qa", PLAIN_QA)
     local.project.pytester.makeconftest(PHASE_RECORDER)
-    yaml, data = local.project.evals / "alpha.yaml", local.project.evals / "data" / "alpha.jsonl"
-    yaml.write_text(
-        yaml.read_text()
-        .replace("env_id: file-qa", "env_id: plain-qa")
-        .replace("path: data/alpha.jsonl", f"path: {data}")
-    )
     log = tmp_path / "phases.jsonl"
     monkeypatch.setenv("PHASES_LOG", str(log))
 

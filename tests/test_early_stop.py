@@ -560,15 +560,7 @@ def test_nothing_is_sent_after_the_verdict_through_verifiers(project: BenchmarkP
     if installed_api() != "classic":
         pytest.skip("the classic API's path; verifiers 0.4 has none")
     project.add("big", n=N, gate=GATE)
-    project.pytester.makepyfile(framework_qa=FRAMEWORK_QA)
-    project.pytester.syspathinsert()
-    yaml_file = project.evals / "big.yaml"
-    data = project.evals / "data" / "big.jsonl"
-    yaml_file.write_text(
-        yaml_file.read_text()
-        .replace("env_id: file-qa", "env_id: framework-qa")
-        .replace("path: data/big.jsonl", f"path: {data}")
-    )
+    project.play_with("big", "framework-qa", "framework_qa", FRAMEWORK_QA)
     _run(project, 0.95, *FEW_IN_FLIGHT).assert_outcomes(passed=1)
     metadata = _metadata(project)
     early = metadata["early_stop"]

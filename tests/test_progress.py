@@ -152,14 +152,7 @@ def test_every_benchmark_under_xdist(project: BenchmarkProject) -> None:
     pytest.importorskip("xdist")
     project.add("first", n=20)
     project.add("second", n=20)
-    project.pytester.makepyfile(slow_qa=SLOW_QA)
-    yaml = project.evals / "second.yaml"
-    data = project.evals / "data" / "second.jsonl"
-    yaml.write_text(
-        yaml.read_text()
-        .replace("env_id: file-qa", "env_id: slow-qa")
-        .replace("path: data/second.jsonl", f"path: {data}")
-    )
+    project.play_with("second", "slow-qa", "slow_qa", SLOW_QA)
     result = project.run_subprocess("-n", "2")
     assert result.ret == 0, result.stdout.str()
     finals = {

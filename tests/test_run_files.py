@@ -399,15 +399,7 @@ def test_a_nan_reward_is_an_errored_example_retried_by_the_next_run(
     project: BenchmarkProject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project.add("alpha", n=6, gate="gate: {max_error_rate: 1.0}")
-    project.pytester.makepyfile(nan_qa=NAN_QA)
-    project.pytester.syspathinsert()
-    yaml = project.evals / "alpha.yaml"
-    data = project.evals / "data" / "alpha.jsonl"
-    yaml.write_text(
-        yaml.read_text()
-        .replace("env_id: file-qa", "env_id: nan-qa")
-        .replace("path: data/alpha.jsonl", f"path: {data}")
-    )
+    project.play_with("alpha", "nan-qa", "nan_qa", NAN_QA)
     monkeypatch.setenv("NAN_REWARD", "1")
     first = project.run()
     text = first.stdout.str()

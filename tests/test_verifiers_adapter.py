@@ -158,15 +158,7 @@ def test_a_classic_environments_parser_gives_each_record_its_parsed_answer(
     project: BenchmarkProject,
 ) -> None:
     project.add("alpha", n=3, gate="gate: {min_avg_reward: 0.0}")
-    project.pytester.makepyfile(last_word_qa=LAST_WORD_QA)
-    project.pytester.syspathinsert()
-    yaml = project.evals / "alpha.yaml"
-    data = project.evals / "data" / "alpha.jsonl"
-    yaml.write_text(
-        yaml.read_text()
-        .replace("env_id: file-qa", "env_id: last-word-qa")
-        .replace("path: data/alpha.jsonl", f"path: {data}")
-    )
+    project.play_with("alpha", "last-word-qa", "last_word_qa", LAST_WORD_QA)
     project.run().assert_outcomes(passed=1)
     [run] = project.run_dirs("alpha")
     records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]

@@ -5,7 +5,8 @@ A benchmark with no run to continue needs a server whatever its environment hold
 setup asks for the server first and imports the framework on a thread meanwhile: the import
 costs nothing more than the start-up it waits for. A benchmark with a run to continue imports
 first, loads its environment and reads its checkpoint, and asks for a server only if examples
-are left (``collect/item_run.py``).
+are left; so does one whose environment may have judges or seats' endpoints of its own, which
+are checked before a server is started for it (``collect/item_run.py``).
 """
 
 from __future__ import annotations
