@@ -11,10 +11,14 @@ In an install with verifiers 0.4 (a plain ``pip install`` of the repository into
   taskset's shared tool servers (``verifiers.v1.mcp.serve_shared``: a process of its own,
   which imports ``verifiers.v1`` again, then answers MCP);
 - ``pytest evals --model M --base-url URL`` (the plugin, one example);
-- ``vf-eval`` on the same taskset, example and endpoint (verifiers' own evaluation).
+- ``vf-eval`` on the same taskset, example and endpoint (verifiers' own evaluation);
+- the plugin on one example of ``file-qa`` played through verifiers v1 (its ``env_args`` name
+  the taskset's ``task``, so the plugin does not play it natively): a v1 environment without
+  a tool server.
 
-Targets: the plugin's own time (its run less the framework's import and tool server) <= 1 s,
-and the plugin below ``vf-eval``. PYTHONDONTWRITEBYTECODE is unset, as a shell has it.
+Targets: a v1 environment without a tool server <= the framework's import + 1 s; with one, the
+plugin's own time (its run less the framework's import and tool server) <= 1 s; the plugin
+below ``vf-eval``. PYTHONDONTWRITEBYTECODE is unset, as a shell has it.
 
 Run: ``.venv/bin/python -m benchmarks.startup_v1 --build-plain`` (the venv's installation
 takes about 2 minutes; the rounds about 3).
@@ -29,8 +33,10 @@ from pathlib import Path
 
 from benchmarks._common import (
     MODEL_NAME,
+    SYSTEM_PROMPT,
     bench_env,
     configure_server,
+    demo_rows,
     fake_server,
     header,
     log,
@@ -89,6 +95,16 @@ def _rounds(python: str, root: Path, base_url: str, repeats: int) -> None:
         "env_id: lookup-qa\nenv_args:\n  path: data/kv.jsonl\ngate: {min_avg_reward: 0.0}\n",
         encoding="utf-8",
     )
+    no_tools = root / "no-tools"
+    (no_tools / "evals").mkdir(parents=True)
+    (no_tools / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (no_tools / "evals" / "one.jsonl").write_text(json.dumps(demo_rows()[0]) + "\n")
+    (no_tools / "evals" / "fq.yaml").write_text(
+        "env_id: file-qa\nenv_args:\n  path: one.jsonl\n"
+        f"  system_prompt: {json.dumps(SYSTEM_PROMPT)}\n  task: {{}}\n"
+        "gate: {min_avg_reward: 0.0}\n",
+        encoding="utf-8",
+    )
     shim = root / "shim"
     shim.mkdir()
     (shim / "lookup_qa.py").write_text(SHIM, encoding="utf-8")
@@ -109,18 +125,23 @@ def _rounds(python: str, root: Path, base_url: str, repeats: int) -> None:
         "--no-push", "--no-rich", "-o", str(root / "vf-eval-out"),
         "--env.agent.harness.id", "null", "--env.agent.runtime.type", "subprocess",
     ]  # fmt: skip
-    contenders: dict[str, tuple[list[str], dict[str, str]]] = {
-        "import verifiers.v1": ([python, "-c", "import verifiers.v1"], env),
-        "the same + lookup-qa's tool server": ([python, "-c", TOOL_SERVER, str(data)], env),
-        "pytest-modal-eval (1 example)": (plugin, env),
-        "vf-eval (1 example)": (vf_eval, vf_env),
+    contenders: dict[str, tuple[list[str], dict[str, str], Path]] = {
+        "import verifiers.v1": ([python, "-c", "import verifiers.v1"], env, project),
+        "the same + lookup-qa's tool server": (
+            [python, "-c", TOOL_SERVER, str(data)],
+            env,
+            project,
+        ),
+        "pytest-modal-eval (1 example)": (plugin, env, project),
+        "vf-eval (1 example)": (vf_eval, vf_env, project),
+        "pytest-modal-eval, file-qa via v1 (no tool server)": (plugin, env, no_tools),
     }
     log(f"a warm-up round, then {repeats}")
     walls: dict[str, list[float]] = {name: [] for name in contenders}
     cpus: dict[str, list[float]] = {name: [] for name in contenders}
     for round_number in range(repeats + 1):
-        for name, (command, command_env) in contenders.items():
-            wall, cpu = _timed(command, project, command_env)
+        for name, (command, command_env, cwd) in contenders.items():
+            wall, cpu = _timed(command, cwd, command_env)
             if round_number:
                 walls[name].append(wall)
                 cpus[name].append(cpu)
@@ -137,12 +158,16 @@ def _rounds(python: str, root: Path, base_url: str, repeats: int) -> None:
     ours = wall["pytest-modal-eval (1 example)"]
     framework = wall["the same + lookup-qa's tool server"]
     theirs = wall["vf-eval (1 example)"]
+    imported = wall["import verifiers.v1"]
+    no_tools = wall["pytest-modal-eval, file-qa via v1 (no tool server)"]
     print_table(
         ["target", "measured", "verdict"],
         [
-            ["plugin <= framework import + 1 s", f"{ours:.2f} vs {wall['import verifiers.v1']:.2f}",
-             verdict(ours <= wall["import verifiers.v1"] + 1)],
-            ["plugin's own (less import and tool server) <= 1 s", f"{ours - framework:.2f}",
+            ["no tool server: plugin <= framework import + 1 s",
+             f"{no_tools:.2f} vs {imported:.2f}", verdict(no_tools <= imported + 1)],
+            ["lookup-qa: plugin <= framework import + 1 s", f"{ours:.2f} vs {imported:.2f}",
+             verdict(ours <= imported + 1)],
+            ["lookup-qa: plugin less import and tool server <= 1 s", f"{ours - framework:.2f}",
              verdict(ours - framework <= 1)],
             ["plugin < vf-eval", f"{ours:.2f} vs {theirs:.2f}", verdict(ours < theirs)],
         ],
