@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.runs.identity import FingerprintStore, hub_identity, local_identity
 from tests.conftest import REPO, BenchmarkProject, start_fake_server
 from tests.support.hub_models import FakeHub
@@ -51,6 +52,22 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 # --- a local directory ------------------------------------------------------------------------
 
 
+class PhaseTexts:
+    """The text of every set-up phase begun (``pytest_modal_eval.phases``)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def began(self, phase: phases.Phase) -> None:
+        self.texts.append(phase.text)
+
+    def changed(self, phase: phases.Phase, previous: str | None, seconds: float) -> None:
+        pass
+
+    def ended(self, phase: phases.Phase, seconds: float) -> None:
+        pass
+
+
 def test_local_digest_follows_content_and_is_kept_while_files_are_unchanged(
     tmp_path: Path,
 ) -> None:
@@ -60,11 +77,18 @@ def test_local_digest_follows_content_and_is_kept_while_files_are_unchanged(
     weights = model / "model.safetensors"
     weights.write_bytes(b"\x01" * 1000)
     store = FingerprintStore(DictCache())
-    first = local_identity(model, store)
-    assert first.record["hashed"] is True
-    assert [name for name, _ in first.record["files"]] == ["config.json", "model.safetensors"]
-    again = local_identity(model, store)
-    assert again.record["hashed"] is False and again.key == first.key
+    told = PhaseTexts()
+    unlisten = phases.listen(told)
+    try:
+        first = local_identity(model, store)
+        assert first.record["hashed"] is True
+        assert [name for name, _ in first.record["files"]] == ["config.json", "model.safetensors"]
+        again = local_identity(model, store)
+        assert again.record["hashed"] is False and again.key == first.key
+    finally:
+        unlisten()
+    # Hashing is a phase of its own, shown while it lasts (once: then the digest is kept).
+    assert told.texts == [f"hashing the weights in {model.resolve()} (0.0 GiB)"]
 
     # What a trainer writes beside a checkpoint is not the model.
     (model / "trainer_state.json").write_text("{}")

@@ -31,6 +31,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.config.backends import backend
 
 if TYPE_CHECKING:
@@ -140,7 +141,10 @@ def local_identity(directory: Path, store: FingerprintStore) -> ModelIdentity:
     digest = store.get(directory, signature)
     hashed = digest is None
     if digest is None:
-        digest = _digest(files)
+        size = sum(row[1] for row in signature) / 2**30
+        # Minutes for a large checkpoint on a slow disk; kept while its files are unchanged.
+        with phases.phase(f"hashing the weights in {directory} ({size:.1f} GiB)"):
+            digest = _digest(files)
         store.put(directory, signature, digest)
     record = {
         "kind": "local",
@@ -169,7 +173,8 @@ def hub_identity(
     if revision is not None and _COMMIT.fullmatch(revision):
         key = {**base, "commit": revision}
         return ModelIdentity(key, {**key, "id": model, "resolved": "vllm.revision"})
-    found = _ask_hub(model, revision, timeout)
+    with phases.phase(f"asking the Hugging Face Hub which commit {model} is"):
+        found = _ask_hub(model, revision, timeout)
     if isinstance(found, ModelIdentity):
         return found
     cached = cached_commit(model, revision) if cache_serves else None

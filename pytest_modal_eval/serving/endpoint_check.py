@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pytest_modal_eval import phases
 from pytest_modal_eval.exceptions import EndpointError
 
 if TYPE_CHECKING:
@@ -53,7 +54,9 @@ class EndpointChecker:
         key = (endpoint.base_url, endpoint.model)
         with self._lock:
             if key not in self._verdicts:
-                self._verdicts[key] = _probe(endpoint, timeout)
+                # Up to ``timeout``: an endpoint scaled to zero answers once it has started.
+                with phases.phase(f"checking that {endpoint.base_url} serves {endpoint.model}"):
+                    self._verdicts[key] = _probe(endpoint, timeout)
             return self._verdicts[key]
 
     def check(self, endpoint: Endpoint, timeout: float = 15.0) -> None:
