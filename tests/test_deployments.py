@@ -213,34 +213,37 @@ def pytest_configure(config):
 """
 
 
+@XDIST
 def test_a_first_run_imports_the_framework_while_its_server_starts(
-    local: LocalRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    local: LocalRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dist: list[str]
 ) -> None:
     """With no run to continue, the server is needed whatever the environment holds: it is
     asked for first and verifiers is imported on a thread meanwhile, so the two phases are open
-    at once. A re-run with every example finished imports and loads first, and starts no
-    server."""
+    at once (under xdist: the import on a worker, the start on the controller). A re-run with
+    every example finished imports and loads first, and starts no server."""
     local.project.add("alpha", n=3)
     local.project.play_with("alpha", "plain-qa", "plain_qa", PLAIN_QA)
     local.project.pytester.makeconftest(PHASE_RECORDER)
     log = tmp_path / "phases.jsonl"
     monkeypatch.setenv("PHASES_LOG", str(log))
 
-    def spans() -> dict[str, list[float]]:
+    def spans() -> dict[str, tuple[float, float]]:
+        """Each phase's first beginning and last end, in any process (the clock is the
+        machine's; under xdist the controller is told a worker's phases again)."""
         found: dict[str, list[float]] = {}
         for line in log.read_text().splitlines():
             event = json.loads(line)
             found.setdefault(event["text"], []).append(event["t"])
         log.unlink()
-        return found
+        return {text: (min(times), max(times)) for text, times in found.items()}
 
-    local.run().assert_outcomes(passed=1)
+    local.run(*dist).assert_outcomes(passed=1)
     first = spans()
     importing = first["alpha: importing verifiers"]
     [starting] = [t for text, t in first.items() if text.startswith("starting vLLM")]
     assert importing[0] < starting[1] and starting[0] < importing[1], first
     assert len(local.started()) == 1
-    local.run().assert_outcomes(passed=1)
+    local.run(*dist).assert_outcomes(passed=1)
     again = spans()
     assert "alpha: importing verifiers" in again
     assert not any(text.startswith("starting vLLM") for text in again), again
