@@ -146,6 +146,32 @@ def load_environment(path):
 """
 
 
+#: A conftest whose every test's set-up is a phase quoting a terminal control sequence (OSC 52
+#: writes the clipboard), as a model's name or directory could.
+HOSTILE_PHASE = """
+import time
+
+from pytest_modal_eval import phases
+
+
+def pytest_runtest_setup(item):
+    with phases.phase("set-up \\x1b]52;c;aGk=\\x07 of " + item.name):
+        time.sleep(0.6)
+"""
+
+
+def test_a_status_line_shows_control_characters_never_sends_them(
+    project: BenchmarkProject,
+) -> None:
+    project.add("arith", n=2)
+    project.pytester.makeconftest(HOSTILE_PHASE)
+    result = project.run_subprocess()
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert "\x1b]52" not in out
+    assert re.search(r"^status: set-up \\x1b\]52;c;aGk=\\x07 of arith: 0\.\ds$", out, re.M), out
+
+
 def test_every_benchmark_under_xdist(project: BenchmarkProject) -> None:
     """Each benchmark's progress, and a worker's set-up phase (its environment loading, which
     takes a second here), reach the controller's output."""

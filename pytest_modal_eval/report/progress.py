@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_modal_eval import phases
 from pytest_modal_eval.stats.format import fmt, fmt_interval, outward
+from pytest_modal_eval.terminal_text import escape
 
 if TYPE_CHECKING:
     import pytest
@@ -293,7 +294,7 @@ class LiveProgress:
             # the cursor is at the start of one.
             column = self.config.get_terminal_writer().width_of_current_line
             newline = "\n" if column and column != self._status_column else ""
-            self._write_raw(f"{newline}status: {self._redact(text)}\n")
+            self._write_raw(f"{newline}status: {self._shown(text)}\n")
             self._status_column = column
 
     def _tick(self) -> None:
@@ -309,8 +310,14 @@ class LiveProgress:
         lines = []
         for phase in list(self._phases.values()):
             detail = f": {phase.current}" if phase.current else ""
-            lines.append(self._redact(f"{phase.text}{detail}  {now - phase.started:.0f}s"))
+            lines.append(self._shown(f"{phase.text}{detail}  {now - phase.started:.0f}s"))
         return lines
+
+    def _shown(self, text: str) -> str:
+        """A set-up line as printed: it quotes text the plugin did not write (a model's name or
+        directory, an endpoint, an xdist worker's phase), so secrets are redacted and control
+        characters shown, never obeyed."""
+        return escape(self._redact(text))
 
     # -- what the reports say ---------------------------------------------------------------
 
