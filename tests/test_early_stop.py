@@ -39,6 +39,17 @@ def _metadata(project: BenchmarkProject) -> dict[str, object]:
     return data
 
 
+def _sent_after_the_verdict(project: BenchmarkProject) -> tuple[dict[str, Any], Any, int]:
+    """The run's early-stop record (decided), its errors and the requests the server got,
+    checked to be exactly those decided on, in flight at the verdict and answered ahead."""
+    metadata = _metadata(project)
+    early = metadata["early_stop"]
+    assert isinstance(early, dict) and early["decided"], early
+    requests = project.server.stats()["chat_requests"]
+    assert requests == early["decided_after"] + early["in_flight"] + early["answered_ahead"]
+    return early, metadata["errors"], requests
+
+
 def test_far_above_passes_after_a_small_share_and_says_so(project: BenchmarkProject) -> None:
     project.add("big", n=N, gate=GATE)
     result = _run(project, 0.95, *FEW_IN_FLIGHT)
@@ -76,13 +87,9 @@ def test_nothing_is_sent_after_the_verdict(
     every request sent is recorded."""
     project.add("big", n=N, gate=GATE)
     _run(project, 0.95, *concurrency).assert_outcomes(passed=1)
-    metadata = _metadata(project)
-    early = metadata["early_stop"]
-    assert isinstance(early, dict) and early["decided"], early
-    requests = project.server.stats()["chat_requests"]
-    assert requests == early["decided_after"] + early["in_flight"] + early["answered_ahead"]
+    early, errors, requests = _sent_after_the_verdict(project)
     assert early["in_flight"] < (8 if concurrency else 64) * 2  # eval.prefetch 1
-    assert requests == early["evaluated"] + metadata["errors"]
+    assert requests == early["evaluated"] + errors
 
 
 def test_far_below_fails_as_early_with_the_deciding_interval(project: BenchmarkProject) -> None:
@@ -562,9 +569,5 @@ def test_nothing_is_sent_after_the_verdict_through_verifiers(project: BenchmarkP
     project.add("big", n=N, gate=GATE)
     project.play_with("big", "framework-qa", "framework_qa", FRAMEWORK_QA)
     _run(project, 0.95, *FEW_IN_FLIGHT).assert_outcomes(passed=1)
-    metadata = _metadata(project)
-    early = metadata["early_stop"]
-    assert isinstance(early, dict) and early["decided"], early
-    requests = project.server.stats()["chat_requests"]
-    assert requests == early["decided_after"] + early["in_flight"] + early["answered_ahead"]
-    assert requests == early["evaluated"] + metadata["errors"] < N
+    early, errors, requests = _sent_after_the_verdict(project)
+    assert requests == early["evaluated"] + errors < N
